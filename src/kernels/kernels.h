@@ -1,0 +1,71 @@
+// The numeric kernels of edgelm: quantized block formats, their scalar
+// reference implementations, and SIMD versions chosen once at start by CPU
+// feature detection. Every SIMD kernel is tested against the scalar reference.
+//
+// Conventions: a weight matrix W has `rows` rows of `n` elements each, stored
+// in the GGUF layout of its DType (row r at byte r * row_bytes(type, n)).
+// Activations are f32 rows of n elements; before an integer dot product they
+// are converted to the activation format act_type(weight type).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace edgelm::kernels {
+
+enum class Isa { Scalar, Avx2, Avx512, Neon };
+std::string_view isa_name(Isa isa);
+// The instruction sets this CPU runs, best last; always contains Scalar.
+const std::vector<Isa>& supported_isas();
+Isa best_isa();
+
+// --- element conversions (scalar reference; exact IEEE semantics) ---------
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);  // round to nearest even
+float bf16_to_fp32(uint16_t h);
+uint16_t fp32_to_bf16(float f);  // round to nearest even
+
+// --- whole rows (reference) ------------------------------------------------
+// dst[0..n) = values of the row; n is a multiple of the type's block size.
+// Defined for every type with engine_supported == true.
+void dequantize_row(DType type, const void* src, float* dst, int64_t n);
+// Quantizes a row into `type`; defined for every engine-supported weight type
+// and for the activation types Q8_0, Q8_1 and Q8_K.
+void quantize_row(DType type, const float* src, void* dst, int64_t n);
+
+// --- matrix products ---------------------------------------------------------
+// Activation format of the integer dot product for a weight type:
+// Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, K-quants -> Q8_K, F32/F16/BF16 -> F32.
+DType act_type(DType weight_type);
+// Bytes of one activation row of n elements in act_type(weight_type).
+size_t act_row_bytes(DType weight_type, int64_t n);
+// Converts one f32 row into act_type(weight_type) (a plain copy for F32).
+void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, int64_t n);
+
+struct GemmArgs {
+  DType wtype;
+  const void* w;      // weight rows
+  size_t w_stride;    // bytes between weight rows
+  int64_t n;          // elements per row (dot-product length)
+  const void* x;      // activation rows in act_type(wtype)
+  size_t x_stride;    // bytes between activation rows
+  int64_t n_tok;      // activation rows
+  float* y;           // y[t * ldy + r]
+  int64_t ldy;
+};
+// y[t * ldy + r] = dot(W row r, x row t) for r in [r0, r1), t in [0, n_tok).
+void gemm(Isa isa, const GemmArgs& a, int64_t r0, int64_t r1);
+
+// --- attention helpers over a KV cache row ----------------------------------
+// KV cache rows are F32, F16 or Q8_0 (n a multiple of 32 for Q8_0).
+float dot_f32_kv(Isa isa, DType kv_type, const float* q, const void* k, int64_t n);
+// y += a * v
+void axpy_kv(Isa isa, DType kv_type, float a, const void* v, float* y, int64_t n);
+// Stores an f32 row into the KV cache format.
+void store_kv(DType kv_type, const float* src, void* dst, int64_t n);
+
+}  // namespace edgelm::kernels

@@ -1,0 +1,15 @@
+#include "tools/commands.h"
+
+namespace edgelm::tools {
+namespace {
+int g_exit_code = 0;
+}
+
+int exit_code() { return g_exit_code; }
+void set_exit_code(int code) { g_exit_code = code; }
+
+void register_commands(CLI::App& app) {
+  add_info_command(app);
+}
+
+}  // namespace edgelm::tools
