@@ -1,0 +1,52 @@
+// Internal: the kernel table each instruction set provides, and how
+// dispatch.cpp finds them. Not part of the public API (see kernels.h).
+//
+// A backend fills in only the entries it implements; a null entry makes
+// dispatch fall through to the next instruction set below (AVX-512 -> AVX2 ->
+// scalar, NEON -> scalar), so a format can gain a SIMD path one ISA at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace edgelm::kernels {
+
+// y[t * ldy + r] for r in [r0, r1), t in [0, n_tok); see GemmArgs.
+using GemmFn = void (*)(const GemmArgs& a, int64_t r0, int64_t r1);
+// One f32 row of n elements -> an activation row.
+using QuantizeFn = void (*)(const float* x, void* dst, int64_t n);
+using DotKvFn = float (*)(const float* q, const void* k, int64_t n);
+using AxpyKvFn = void (*)(float a, const void* v, float* y, int64_t n);
+
+constexpr int kNumDTypeSlots = 40;  // covers every DType id
+
+// Index of a KV cache type in the KV tables: F32 0, F16 1, Q8_0 2; -1 if the
+// type is not a KV type.
+constexpr int kv_slot(DType t) {
+  return t == DType::F32 ? 0 : t == DType::F16 ? 1 : t == DType::Q8_0 ? 2 : -1;
+}
+// Index of an activation format in the quantize table: Q8_0 0, Q8_1 1, Q8_K 2.
+constexpr int act_slot(DType t) {
+  return t == DType::Q8_0 ? 0 : t == DType::Q8_1 ? 1 : t == DType::Q8_K ? 2 : -1;
+}
+
+struct Backend {
+  GemmFn gemm[kNumDTypeSlots] = {};  // by weight type id
+  QuantizeFn quantize[3] = {};       // by act_slot
+  DotKvFn dot_kv[3] = {};            // by kv_slot
+  AxpyKvFn axpy_kv[3] = {};          // by kv_slot
+};
+
+// The tables. The SIMD ones exist only when their sources are compiled for
+// this architecture (see edgelm_module in CMakeLists.txt).
+const Backend& scalar_backend();
+#if defined(EDGELM_X86)
+const Backend& avx2_backend();
+const Backend& avx512_backend();
+#endif
+#if defined(EDGELM_ARM64)
+const Backend& neon_backend();
+#endif
+
+}  // namespace edgelm::kernels

@@ -1,0 +1,228 @@
+// Instruction-set detection and dispatch of the public kernel entry points.
+//
+// Resolution happens once: for every (requested ISA, type) pair the first
+// kernel found along the fallback chain is stored in a table, so a call costs
+// one indexed load. Chains: Avx512 -> Avx2 -> Scalar and Neon -> Scalar; an ISA
+// the build or the CPU lacks is replaced by the next one down its chain.
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "kernels/fp16.h"
+#include "kernels/kernels.h"
+
+namespace edgelm::kernels {
+namespace {
+
+constexpr int kNumIsas = 4;
+
+Isa lower(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return Isa::Avx2;
+    default:
+      return Isa::Scalar;
+  }
+}
+
+bool cpu_has(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar:
+      return true;
+#if defined(EDGELM_X86)
+    // The flags the *_avx2.cpp / *_avx512.cpp files are compiled with; the
+    // compiler may use any of them, so all must be present. (libgcc also
+    // checks that the OS saves the wider registers.)
+    case Isa::Avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    case Isa::Avx512:
+      return cpu_has(Isa::Avx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+#endif
+#if defined(EDGELM_ARM64)
+    case Isa::Neon:
+      return true;  // armv8.2-a dotprod + fp16 is the build's baseline
+#endif
+    default:
+      return false;
+  }
+}
+
+const Backend* backend_of(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar:
+      return &scalar_backend();
+#if defined(EDGELM_X86)
+    case Isa::Avx2:
+      return &avx2_backend();
+    case Isa::Avx512:
+      return &avx512_backend();
+#endif
+#if defined(EDGELM_ARM64)
+    case Isa::Neon:
+      return &neon_backend();
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+struct Resolved {
+  GemmFn gemm[kNumIsas][kNumDTypeSlots] = {};
+  QuantizeFn quantize[kNumIsas][3] = {};
+  DotKvFn dot_kv[kNumIsas][3] = {};
+  AxpyKvFn axpy_kv[kNumIsas][3] = {};
+};
+
+// The first non-null entry along the chain that starts at the best available
+// ISA at or below `isa`.
+template <class Fn, class Get>
+Fn first_along_chain(Isa isa, Get get) {
+  while (isa != Isa::Scalar && !cpu_has(isa)) isa = lower(isa);
+  for (;;) {
+    if (const Backend* be = backend_of(isa)) {
+      if (Fn f = get(*be)) return f;
+    }
+    if (isa == Isa::Scalar) return nullptr;
+    isa = lower(isa);
+  }
+}
+
+Resolved resolve() {
+  Resolved r;
+  for (int i = 0; i < kNumIsas; ++i) {
+    const auto isa = static_cast<Isa>(i);
+    for (int t = 0; t < kNumDTypeSlots; ++t) {
+      r.gemm[i][t] = first_along_chain<GemmFn>(isa, [t](const Backend& b) { return b.gemm[t]; });
+    }
+    for (int k = 0; k < 3; ++k) {
+      r.quantize[i][k] =
+          first_along_chain<QuantizeFn>(isa, [k](const Backend& b) { return b.quantize[k]; });
+      r.dot_kv[i][k] =
+          first_along_chain<DotKvFn>(isa, [k](const Backend& b) { return b.dot_kv[k]; });
+      r.axpy_kv[i][k] =
+          first_along_chain<AxpyKvFn>(isa, [k](const Backend& b) { return b.axpy_kv[k]; });
+    }
+  }
+  return r;
+}
+
+const Resolved& table() {
+  static const Resolved r = resolve();
+  return r;
+}
+
+int isa_index(Isa isa) {
+  const int i = static_cast<int>(isa);
+  return i >= 0 && i < kNumIsas ? i : 0;
+}
+
+}  // namespace
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
+    case Isa::Neon:
+      return "neon";
+  }
+  return "unknown";
+}
+
+const std::vector<Isa>& supported_isas() {
+  static const std::vector<Isa> isas = [] {
+    std::vector<Isa> v;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+      if (cpu_has(isa) && backend_of(isa) != nullptr) v.push_back(isa);
+    }
+    return v;
+  }();
+  return isas;
+}
+
+Isa best_isa() {
+  return supported_isas().back();
+}
+
+DType act_type(DType weight_type) {
+  switch (weight_type) {
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::Q8_0:
+      return DType::Q8_0;
+    case DType::Q4_1:
+    case DType::Q5_1:
+      return DType::Q8_1;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return DType::Q8_K;
+    default:
+      return DType::F32;
+  }
+}
+
+size_t act_row_bytes(DType weight_type, int64_t n) {
+  return row_bytes(act_type(weight_type), n);
+}
+
+void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, int64_t n) {
+  const DType at = act_type(weight_type);
+  if (at == DType::F32) {
+    std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  table().quantize[isa_index(isa)][act_slot(at)](x, dst, n);
+}
+
+void gemm(Isa isa, const GemmArgs& a, int64_t r0, int64_t r1) {
+  if (r1 <= r0 || a.n_tok <= 0) return;
+  const auto t = static_cast<size_t>(a.wtype);
+  GemmFn f = t < kNumDTypeSlots ? table().gemm[isa_index(isa)][t] : nullptr;
+  if (f == nullptr) std::abort();  // no kernel for this type: the loader checks engine_supported
+  f(a, r0, r1);
+}
+
+float dot_f32_kv(Isa isa, DType kv_type, const float* q, const void* k, int64_t n) {
+  const int s = kv_slot(kv_type);
+  if (s < 0) std::abort();
+  return table().dot_kv[isa_index(isa)][s](q, k, n);
+}
+
+void axpy_kv(Isa isa, DType kv_type, float a, const void* v, float* y, int64_t n) {
+  const int s = kv_slot(kv_type);
+  if (s < 0) std::abort();
+  table().axpy_kv[isa_index(isa)][s](a, v, y, n);
+}
+
+void store_kv(DType kv_type, const float* src, void* dst, int64_t n) {
+  switch (kv_type) {
+    case DType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::F16: {
+      auto* h = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) h[i] = fp::float_to_half(src[i]);
+      return;
+    }
+    case DType::Q8_0:
+      // Every ISA's Q8_0 quantizer is bit-identical to the reference, so the
+      // fastest one is used.
+      table().quantize[isa_index(best_isa())][act_slot(DType::Q8_0)](src, dst, n);
+      return;
+    default:
+      std::abort();
+  }
+}
+
+}  // namespace edgelm::kernels
