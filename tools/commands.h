@@ -11,5 +11,9 @@ int exit_code();
 void set_exit_code(int code);
 
 void add_info_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+void add_tokenize_commands(CLI::App& app);
 
 }  // namespace edgelm::tools

@@ -1,0 +1,53 @@
+// A persistent pool of worker threads for the forward pass. Threads are
+// created once; a parallel region costs an atomic increment and a short spin,
+// not a thread start or an allocation. Workers spin briefly after each region
+// (the next matmul follows within microseconds during a step), then sleep.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/function_ref.h"
+
+namespace edgelm {
+
+class ThreadPool {
+ public:
+  // n_threads counts the calling thread: n_threads - 1 workers are started.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(task, thread) for every task in [0, n_tasks), spread over all
+  // threads (the caller included); returns when all are done. thread is in
+  // [0, size()). Not reentrant: one region at a time, from one thread.
+  void run(int n_tasks, FunctionRef<void(int task, int thread)> fn);
+
+ private:
+  void worker(int index);
+  void work(int thread);
+
+  int n_threads_;
+  std::vector<std::thread> threads_;
+
+  // The current region.
+  FunctionRef<void(int, int)>* fn_ = nullptr;
+  int n_tasks_ = 0;
+  std::atomic<int> next_task_{0};
+  std::atomic<int> pending_{0};  // workers not yet finished with this region
+
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<int> sleepers_{0};
+};
+
+}  // namespace edgelm

@@ -1,0 +1,379 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/bytes.h"
+
+namespace edgelm {
+
+using Clock = std::chrono::steady_clock;
+
+std::string_view finish_name(Finish f) {
+  switch (f) {
+    case Finish::None: return "none";
+    case Finish::Stop: return "stop";
+    case Finish::Length: return "length";
+    case Finish::Cancelled: return "cancelled";
+    case Finish::Error: return "error";
+  }
+  return "?";
+}
+
+namespace {
+constexpr size_t kLpPerToken = 1 + kMaxTopLogprobs;
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tokenizer::Tokenizer tok,
+                                               const MemoryPlan& plan, const EngineOptions& opts) {
+  if (!plan.fits()) return make_error("the memory plan does not fit its budget:\n{}", format_plan(plan));
+  if (tok.n_vocab() != model->config.n_vocab)
+    return make_error("tokenizer has {} tokens but the model has {}", tok.n_vocab(), model->config.n_vocab);
+  std::unique_ptr<Engine> e(new Engine(std::move(model), std::move(tok)));
+  e->plan_ = plan;
+  e->opts_ = opts;
+  const ModelConfig& c = e->model_->config;
+
+  // One region holds everything the plan lists beyond the weights and the sampler.
+  KvView kv;
+  kv.type = plan.kv_type;
+  kv.n_slots = plan.slots;
+  kv.n_layers = c.n_layers;
+  kv.ctx = plan.ctx;
+  kv.k_row = row_bytes(plan.kv_type, c.k_dim());
+  kv.v_row = row_bytes(plan.kv_type, c.v_dim());
+  // Exactly the plan's figures: the plan is the allocation.
+  const size_t kv_bytes = kv.bytes();
+  const size_t scratch_bytes = plan.scratch_layout.total;
+  const size_t tokens_bytes = slot_tokens_bytes(plan.ctx);
+  const size_t lp_bytes = slot_state_bytes(plan.ctx) - tokens_bytes;
+  if (kv_bytes != plan.kv || scratch_bytes != plan.scratch ||
+      static_cast<uint64_t>(plan.slots) * (tokens_bytes + lp_bytes) != plan.slot_state)
+    return make_error("internal: engine layout disagrees with the memory plan");
+  const size_t total = kv_bytes + scratch_bytes + plan.slot_state;
+  EDGELM_ASSIGN(e->region_, Region::map(total, "KV cache and scratch", opts.mlock));
+  // Scratch and slot state first (64-byte multiples), the KV slab last.
+  uint8_t* p = e->region_.data();
+  uint8_t* scratch = p;
+  p += scratch_bytes;
+  e->slots_ = std::make_unique<Slot[]>(static_cast<size_t>(plan.slots));
+  for (int i = 0; i < plan.slots; ++i) {
+    Slot& s = e->slots_[static_cast<size_t>(i)];
+    s.tokens = reinterpret_cast<int32_t*>(p);
+    p += tokens_bytes;
+    s.lp = reinterpret_cast<TokenLogprob*>(p);
+    p += lp_bytes;
+  }
+  kv.base = p;
+  if (opts.mlock) EDGELM_TRY(e->model_->file.mapping().lock());
+
+  e->pool_ = std::make_unique<ThreadPool>(std::max(1, opts.threads));
+  e->forward_ = std::make_unique<Forward>(c, e->model_->weights, plan.scratch_layout, scratch, kv, *e->pool_, opts.isa);
+  e->sampler_ = std::make_unique<Sampler>(c.n_vocab);
+  e->batch_.reserve(static_cast<size_t>(plan.step_tokens));
+  e->batch_slot_.reserve(static_cast<size_t>(plan.slots));
+  e->top_buf_.resize(kMaxTopLogprobs);
+  e->calibrate();
+  return e;
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::calibrate() {
+  // Two warm-up steps on slot 0 (its cache is overwritten by the first real
+  // prefill): they page the weights in and seed the step-time model with a
+  // 1-token and a many-token point before any request is measured.
+  const int big = std::min({16, plan_.step_tokens, plan_.ctx});
+  for (int n : {1, big}) {
+    batch_.clear();
+    for (int i = 0; i < n; ++i) batch_.push_back({tok_.bos() >= 0 ? tok_.bos() : 0, i, 0, i == n - 1});
+    auto t0 = Clock::now();
+    (void)forward_->step(batch_);
+    const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    calib_[n == 1 ? 0 : 1] = {n, sec};
+  }
+  batch_.clear();
+  record_step(0, 0, 0, 0);  // fit from the calibration points alone
+}
+
+void Engine::start() {
+  if (running_.exchange(true)) return;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+  if (!running_.exchange(false)) return;
+  wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::wake() {
+  {
+    std::lock_guard<std::mutex> lk(wake_mu_);
+    wake_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+void Engine::loop() {
+  while (running_.load()) {
+    if (step_once()) continue;
+    std::unique_lock<std::mutex> lk(wake_mu_);
+    wake_cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return wake_ || !running_.load(); });
+    wake_ = false;
+  }
+  // Nothing more will run: finish whatever is in flight so no client waits forever.
+  for (int i = 0; i < plan_.slots; ++i) {
+    Slot& s = slots_[static_cast<size_t>(i)];
+    const auto st = static_cast<SlotState>(s.state.load());
+    if (st == SlotState::Queued || st == SlotState::Prefill || st == SlotState::Decode) finish_slot(s, Finish::Cancelled);
+  }
+}
+
+int Engine::try_acquire() {
+  for (int i = 0; i < plan_.slots; ++i) {
+    uint32_t expect = static_cast<uint32_t>(SlotState::Free);
+    if (slots_[static_cast<size_t>(i)].state.compare_exchange_strong(expect, static_cast<uint32_t>(SlotState::Reserved)))
+      return i;
+  }
+  return -1;
+}
+
+Status Engine::submit(int slot, std::span<const int32_t> prompt, const GenerateParams& p) {
+  if (slot < 0 || slot >= plan_.slots) return make_error("slot {} out of range", slot);
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (s.state.load() != static_cast<uint32_t>(SlotState::Reserved)) return make_error("slot {} is not reserved", slot);
+  if (prompt.empty()) return make_error("the prompt is empty");
+  if (static_cast<int>(prompt.size()) > plan_.ctx - 1)
+    return make_error("prompt of {} tokens does not fit a slot of {} tokens", prompt.size(), plan_.ctx);
+  for (int32_t t : prompt)
+    if (t < 0 || t >= model_->config.n_vocab) return make_error("token id {} is out of range", t);
+  EDGELM_TRY(p.sampling.validate());
+  if (p.max_tokens < 1) return make_error("max_tokens must be at least 1, got {}", p.max_tokens);
+  if (p.top_logprobs > kMaxTopLogprobs) return make_error("top_logprobs must be at most {}", kMaxTopLogprobs);
+  std::copy(prompt.begin(), prompt.end(), s.tokens);
+  s.n_prompt = static_cast<int>(prompt.size());
+  s.max_tokens = std::min(p.max_tokens, plan_.ctx - s.n_prompt);
+  s.params = p;
+  s.rng = Rng(p.sampling.seed);
+  s.n_past = 0;
+  s.n_out.store(0);
+  s.finish.store(static_cast<uint8_t>(Finish::None));
+  s.cancel.store(false);
+  s.state.store(static_cast<uint32_t>(SlotState::Queued), std::memory_order_release);
+  wake();
+  return Status::Ok();
+}
+
+int Engine::wait_for(int slot, int seen, Clock::time_point deadline) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  std::unique_lock<std::mutex> lk(s.mu);
+  s.cv.wait_until(lk, deadline, [&] {
+    return static_cast<int>(s.n_out.load(std::memory_order_acquire)) > seen || s.finish.load() != 0;
+  });
+  return static_cast<int>(s.n_out.load(std::memory_order_acquire));
+}
+
+int32_t Engine::output_token(int slot, int i) const {
+  const Slot& s = slots_[static_cast<size_t>(slot)];
+  return s.tokens[s.n_prompt + i];
+}
+
+float Engine::output_logprob(int slot, int i, std::span<TokenLogprob> top) const {
+  const Slot& s = slots_[static_cast<size_t>(slot)];
+  const TokenLogprob* row = s.lp + static_cast<size_t>(i) * kLpPerToken;
+  for (size_t k = 0; k < top.size() && k < kMaxTopLogprobs; ++k) top[k] = row[1 + k];
+  return row[0].logprob;
+}
+
+Finish Engine::finish(int slot) const { return static_cast<Finish>(slots_[static_cast<size_t>(slot)].finish.load()); }
+int Engine::prompt_tokens(int slot) const { return slots_[static_cast<size_t>(slot)].n_prompt; }
+int Engine::max_tokens(int slot) const { return slots_[static_cast<size_t>(slot)].max_tokens; }
+
+Engine::SlotState Engine::state(int slot) const {
+  return static_cast<SlotState>(slots_[static_cast<size_t>(slot)].state.load());
+}
+
+void Engine::cancel(int slot) {
+  slots_[static_cast<size_t>(slot)].cancel.store(true);
+  wake();
+}
+
+void Engine::release(int slot) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  const auto st = static_cast<SlotState>(s.state.load());
+  if (st == SlotState::Queued || st == SlotState::Prefill || st == SlotState::Decode) {
+    cancel(slot);
+    std::unique_lock<std::mutex> lk(s.mu);
+    // The engine acknowledges within one step; if it is not running at all
+    // (stopped), loop() has already finished every slot.
+    s.cv.wait(lk, [&] { return s.finish.load() != 0 || !running_.load(); });
+  }
+  s.cancel.store(false);
+  s.state.store(static_cast<uint32_t>(SlotState::Free), std::memory_order_release);
+}
+
+void Engine::finish_slot(Slot& s, Finish f) {
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    s.finish.store(static_cast<uint8_t>(f));
+    s.state.store(static_cast<uint32_t>(SlotState::Finished), std::memory_order_release);
+  }
+  s.cv.notify_all();
+}
+
+int Engine::active_slots() const {
+  int n = 0;
+  for (int i = 0; i < plan_.slots; ++i) n += slots_[static_cast<size_t>(i)].state.load() != 0;
+  return n;
+}
+
+int Engine::min_remaining_tokens() const {
+  int best = -1;
+  for (int i = 0; i < plan_.slots; ++i) {
+    const Slot& s = slots_[static_cast<size_t>(i)];
+    const auto st = static_cast<SlotState>(s.state.load());
+    if (st != SlotState::Queued && st != SlotState::Prefill && st != SlotState::Decode) continue;
+    const int rem = std::max(0, s.max_tokens - static_cast<int>(s.n_out.load())) + std::max(0, s.n_prompt - s.n_past);
+    if (best < 0 || rem < best) best = rem;
+  }
+  return std::max(best, 0);
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  EngineStats s = stats_;
+  s.active = active_slots();
+  return s;
+}
+
+void Engine::record_step(int tokens, int decode_tokens, int prefill_tokens, double seconds) {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  if (tokens > 0) {
+    samples_[n_samples_ % kSamples] = {tokens, seconds};
+    ++n_samples_;
+    stats_.steps++;
+    if (prefill_tokens == 0) {
+      stats_.decode_seconds += seconds;
+      const double rate = 1.0 / seconds;  // tokens/s each stream got in this step
+      stats_.decode_rate = stats_.decode_rate == 0 ? rate : 0.8 * stats_.decode_rate + 0.2 * rate;
+    } else {
+      stats_.prefill_seconds += seconds;
+      const double rate = prefill_tokens / seconds;
+      stats_.prefill_rate = stats_.prefill_rate == 0 ? rate : 0.8 * stats_.prefill_rate + 0.2 * rate;
+    }
+    stats_.generated_tokens += static_cast<uint64_t>(decode_tokens);
+    stats_.prompt_tokens += static_cast<uint64_t>(prefill_tokens);
+  }
+  // Least-squares fit of seconds = a + b * tokens over the recent steps and
+  // the two calibration points (which keep the fit defined when every recent
+  // step had the same size).
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  auto add = [&](const StepSample& p, double w) {
+    if (p.tokens <= 0) return;
+    sw += w;
+    sx += w * p.tokens;
+    sy += w * p.seconds;
+    sxx += w * p.tokens * p.tokens;
+    sxy += w * p.tokens * p.seconds;
+  };
+  for (const StepSample& c : calib_) add(c, 2.0);
+  for (int i = 0; i < std::min(n_samples_, kSamples); ++i) add(samples_[i], 1.0);
+  const double den = sw * sxx - sx * sx;
+  if (sw > 0 && den > 1e-12) {
+    double b = (sw * sxy - sx * sy) / den;
+    b = std::max(b, 0.0);
+    double a = std::max((sy - b * sx) / sw, 0.0);
+    stats_.step_model = {a, b, static_cast<uint64_t>(n_samples_)};
+  }
+}
+
+bool Engine::step_once() {
+  batch_.clear();
+  batch_slot_.clear();
+  const int n_slots = plan_.slots;
+  int n_decode = 0;
+
+  // Admit queued requests and act on cancellations.
+  for (int i = 0; i < n_slots; ++i) {
+    Slot& s = slots_[static_cast<size_t>(i)];
+    auto st = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
+    if (st == SlotState::Queued) {
+      s.state.store(static_cast<uint32_t>(SlotState::Prefill));
+      st = SlotState::Prefill;
+    }
+    if ((st == SlotState::Prefill || st == SlotState::Decode) && s.cancel.load()) finish_slot(s, Finish::Cancelled);
+  }
+  // Every decoding slot contributes its latest token.
+  for (int i = 0; i < n_slots; ++i) {
+    Slot& s = slots_[static_cast<size_t>(i)];
+    if (s.state.load() != static_cast<uint32_t>(SlotState::Decode)) continue;
+    const int n_out = static_cast<int>(s.n_out.load());
+    batch_.push_back({s.tokens[s.n_prompt + n_out - 1], s.n_past, i, true});
+    batch_slot_.push_back(i);
+    ++n_decode;
+  }
+  // Then prefill, in chunks: small while streams are running, so their next
+  // token is not held up behind a long prompt.
+  int budget = plan_.step_tokens - static_cast<int>(batch_.size());
+  if (n_decode > 0) budget = std::min(budget, opts_.prefill_chunk);
+  int n_prefill = 0;
+  for (int i = 0; i < n_slots && budget > 0; ++i) {
+    Slot& s = slots_[static_cast<size_t>(i)];
+    if (s.state.load() != static_cast<uint32_t>(SlotState::Prefill)) continue;
+    const int take = std::min(budget, s.n_prompt - s.n_past);
+    for (int k = 0; k < take; ++k) {
+      const int pos = s.n_past + k;
+      const bool last = pos == s.n_prompt - 1;
+      batch_.push_back({s.tokens[pos], pos, i, last});
+      if (last) batch_slot_.push_back(i);
+    }
+    budget -= take;
+    n_prefill += take;
+  }
+  if (batch_.empty()) return false;
+
+  const auto t0 = Clock::now();
+  auto logits = forward_->step(batch_);
+  if (!logits.ok()) {
+    spdlog::error("forward step failed: {}", logits.message());
+    for (int i : batch_slot_) finish_slot(slots_[static_cast<size_t>(i)], Finish::Error);
+    return true;
+  }
+  // Advance the caches.
+  for (const BatchToken& b : batch_) slots_[static_cast<size_t>(b.slot)].n_past = b.pos + 1;
+
+  const int n_vocab = model_->config.n_vocab;
+  for (size_t r = 0; r < batch_slot_.size(); ++r) {
+    Slot& s = slots_[static_cast<size_t>(batch_slot_[r])];
+    const float* row = *logits + r * static_cast<size_t>(n_vocab);
+    const int n_out = static_cast<int>(s.n_out.load());
+    const int n_seq = s.n_prompt + n_out;
+    const int32_t tok = sampler_->sample(row, s.params.sampling, {s.tokens, static_cast<size_t>(n_seq)}, s.rng);
+    if (!s.params.ignore_eos && tok_.is_eog(tok)) {
+      finish_slot(s, Finish::Stop);
+      continue;
+    }
+    s.tokens[n_seq] = tok;
+    if (s.params.top_logprobs >= 0) {
+      TokenLogprob* lp = s.lp + static_cast<size_t>(n_out) * kLpPerToken;
+      const std::span<TokenLogprob> top(lp + 1, static_cast<size_t>(s.params.top_logprobs));
+      lp[0] = {tok, sampler_->logprobs(row, tok, top)};
+    }
+    {
+      std::lock_guard<std::mutex> lk(s.mu);
+      s.n_out.store(static_cast<uint32_t>(n_out + 1), std::memory_order_release);
+      if (s.state.load() == static_cast<uint32_t>(SlotState::Prefill))
+        s.state.store(static_cast<uint32_t>(SlotState::Decode));
+    }
+    s.cv.notify_all();
+    if (n_out + 1 >= s.max_tokens || n_seq + 1 >= plan_.ctx) finish_slot(s, Finish::Length);
+  }
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  record_step(static_cast<int>(batch_.size()), n_decode + (static_cast<int>(batch_slot_.size()) - n_decode), n_prefill, sec);
+  return true;
+}
+
+}  // namespace edgelm

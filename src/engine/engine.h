@@ -1,0 +1,182 @@
+// The engine: a fixed set of slots over one model, driven by one thread that
+// runs continuous batching. Every buffer (KV slab, scratch, sampler, slot
+// state) is allocated once at creation from the memory plan; serving
+// allocates nothing. The engine never sees HTTP or JSON.
+//
+// A request's life, between a client thread and the engine thread:
+//   client: try_acquire() -> slot (or -1: full), submit(slot, prompt, params)
+//   engine: prefill in chunks, then one token per step; publishes each token
+//   client: wait_for(slot, seen) / read tokens; cancel(slot) if it goes away
+//   engine: marks the slot Finished (stop, length, cancelled)
+//   client: release(slot) -> the slot is free for the next try_acquire()
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "core/region.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/memory_plan.h"
+#include "engine/sampler.h"
+#include "kernels/kernels.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace edgelm {
+
+enum class Finish : uint8_t { None = 0, Stop, Length, Cancelled, Error };
+std::string_view finish_name(Finish f);
+
+struct GenerateParams {
+  SamplingParams sampling;
+  int max_tokens = 256;     // clamped by the slot's room
+  int top_logprobs = -1;    // -1: none; 0..20: chosen token's logprob and this many alternatives
+  bool ignore_eos = false;
+};
+
+struct EngineOptions {
+  int threads = 1;
+  kernels::Isa isa = kernels::best_isa();
+  bool mlock = false;
+  // Prefill tokens a step may add while other slots are decoding, so a long
+  // prompt does not stall running streams; with no stream running, a step
+  // takes up to the plan's step_tokens.
+  int prefill_chunk = 32;
+};
+
+// Per-step timing fit t(step) = a + b * tokens (seconds), from the steps the
+// engine ran, for admission and Retry-After.
+struct StepModel {
+  double a = 0;         // fixed cost of a step (reading the weights)
+  double b = 0;         // cost per token
+  uint64_t samples = 0;
+  double predict(int tokens) const { return a + b * tokens; }
+};
+
+struct EngineStats {
+  uint64_t steps = 0;
+  uint64_t prompt_tokens = 0;     // prefilled
+  uint64_t generated_tokens = 0;  // sampled
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  double decode_rate = 0;   // smoothed tokens/s per stream in recent decode steps
+  double prefill_rate = 0;  // smoothed prompt tokens/s
+  StepModel step_model;
+  int active = 0;  // slots not free
+};
+
+class Engine {
+ public:
+  enum class SlotState : uint32_t { Free = 0, Reserved, Queued, Prefill, Decode, Finished };
+
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Model> model, tokenizer::Tokenizer tok,
+                                                const MemoryPlan& plan, const EngineOptions& opts);
+  ~Engine();
+
+  const Model& model() const { return *model_; }
+  const tokenizer::Tokenizer& tokenizer() const { return tok_; }
+  const MemoryPlan& plan() const { return plan_; }
+  int n_slots() const { return plan_.slots; }
+  int ctx() const { return plan_.ctx; }
+  // Bytes actually allocated at creation (KV + scratch + sampler + slot state).
+  size_t reserved_bytes() const { return region_.size(); }
+
+  void start();  // the engine thread
+  void stop();   // finishes the current step, then joins
+
+  // --- client side (any thread) ---
+  // Claims a free slot or returns -1. Cheap: a scan of atomics.
+  int try_acquire();
+  // Copies the prompt into the slot and queues it. The prompt must hold
+  // 1..ctx-1 tokens; max_tokens is clamped so prompt + output fit the slot.
+  Status submit(int slot, std::span<const int32_t> prompt, const GenerateParams& p);
+  // Blocks until the slot has more than `seen` output tokens, finishes, or
+  // the deadline passes. Returns the number of output tokens available.
+  int wait_for(int slot, int seen, std::chrono::steady_clock::time_point deadline);
+  // Output token i (i < count returned by wait_for) and its logprobs.
+  int32_t output_token(int slot, int i) const;
+  // logprob of output token i, and fills `top` (top_logprobs entries).
+  float output_logprob(int slot, int i, std::span<TokenLogprob> top) const;
+  Finish finish(int slot) const;     // None while running
+  int prompt_tokens(int slot) const;
+  int max_tokens(int slot) const;    // after clamping
+  void cancel(int slot);             // the engine stops it at the next step
+  // Gives the slot back. If it is still running it is cancelled first and
+  // this waits (at most about one step) for the engine to let go of it.
+  void release(int slot);
+  SlotState state(int slot) const;
+
+  // --- admission inputs ---
+  EngineStats stats() const;
+  int active_slots() const;
+  // Tokens each active slot still has to produce (prefill counted), for Retry-After.
+  int min_remaining_tokens() const;
+
+ private:
+  struct Slot {
+    std::mutex mu;  // guards nothing but the condition variable's wait
+    std::condition_variable cv;
+    std::atomic<uint32_t> state{0};
+    std::atomic<uint32_t> n_out{0};  // published output tokens; futex word for waiters
+    std::atomic<bool> cancel{false};
+    std::atomic<uint8_t> finish{0};
+    int32_t* tokens = nullptr;     // [ctx]: prompt, then output
+    TokenLogprob* lp = nullptr;    // [ctx][1 + kMaxTopLogprobs]: per output token
+    int n_prompt = 0;
+    int max_tokens = 0;
+    int n_past = 0;  // engine: tokens already in the KV cache
+    GenerateParams params;
+    Rng rng;
+  };
+
+  Engine(std::unique_ptr<Model> m, tokenizer::Tokenizer t) : model_(std::move(m)), tok_(std::move(t)) {}
+  void loop();
+  // Builds and runs one step; returns false when there was nothing to do.
+  bool step_once();
+  void finish_slot(Slot& s, Finish f);
+
+  std::unique_ptr<Model> model_;
+  tokenizer::Tokenizer tok_;
+  MemoryPlan plan_;
+  EngineOptions opts_;
+  Region region_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Forward> forward_;
+  std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<Slot[]> slots_;
+  std::vector<BatchToken> batch_;       // capacity reserved once
+  std::vector<int> batch_slot_;         // slot of each logits row
+  std::vector<TokenLogprob> top_buf_;
+
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool wake_ = false;  // set on submit/cancel/stop; the idle engine waits for it
+  void wake();
+  void calibrate();
+  void record_step(int tokens, int decode_tokens, int prefill_tokens, double seconds);
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  // Ring of recent (tokens, seconds) steps for the StepModel fit.
+  struct StepSample {
+    int tokens;
+    double seconds;
+  };
+  static constexpr int kSamples = 64;
+  StepSample samples_[kSamples] = {};
+  int n_samples_ = 0;
+  StepSample calib_[2] = {};
+};
+
+}  // namespace edgelm

@@ -1,0 +1,144 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace edgelm {
+
+Status SamplingParams::validate() const {
+  if (!std::isfinite(temperature) || temperature < 0 || temperature > 100)
+    return make_error("temperature must be between 0 and 100, got {}", temperature);
+  if (top_k < 0) return make_error("top_k must be >= 0, got {}", top_k);
+  if (!std::isfinite(top_p) || top_p <= 0 || top_p > 1) return make_error("top_p must be in (0, 1], got {}", top_p);
+  if (!std::isfinite(min_p) || min_p < 0 || min_p > 1) return make_error("min_p must be in [0, 1], got {}", min_p);
+  if (!std::isfinite(repeat_penalty) || repeat_penalty <= 0 || repeat_penalty > 10)
+    return make_error("repeat_penalty must be in (0, 10], got {}", repeat_penalty);
+  if (!std::isfinite(presence_penalty) || presence_penalty < -2 || presence_penalty > 2)
+    return make_error("presence_penalty must be between -2 and 2, got {}", presence_penalty);
+  if (!std::isfinite(frequency_penalty) || frequency_penalty < -2 || frequency_penalty > 2)
+    return make_error("frequency_penalty must be between -2 and 2, got {}", frequency_penalty);
+  if (penalty_last_n < 0 || penalty_last_n > (1 << 20))
+    return make_error("penalty_last_n must be between 0 and {}, got {}", 1 << 20, penalty_last_n);
+  return Status::Ok();
+}
+
+Sampler::Sampler(int n_vocab)
+    : n_vocab_(n_vocab), cand_(static_cast<size_t>(n_vocab)), prob_(static_cast<size_t>(n_vocab)) {}
+
+size_t Sampler::bytes_for(int n_vocab) { return static_cast<size_t>(n_vocab) * (sizeof(Cand) + sizeof(float)); }
+
+void Sampler::apply_penalties(const SamplingParams& p, std::span<const int32_t> recent) {
+  const bool any = p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  if (!any || p.penalty_last_n == 0 || recent.empty()) return;
+  const size_t n = std::min(recent.size(), static_cast<size_t>(p.penalty_last_n));
+  const std::span<const int32_t> win = recent.subspan(recent.size() - n);
+  // Count occurrences without a vocabulary-sized table: the window is small,
+  // so each distinct token is found by a scan of what came before it.
+  for (size_t i = 0; i < win.size(); ++i) {
+    const int32_t t = win[i];
+    if (t < 0 || t >= n_vocab_) continue;
+    bool seen_before = false;
+    for (size_t j = 0; j < i && !seen_before; ++j) seen_before = win[j] == t;
+    if (seen_before) continue;
+    int count = 0;
+    for (size_t j = i; j < win.size(); ++j) count += win[j] == t;
+    float& l = cand_[static_cast<size_t>(t)].logit;  // candidates are still in id order
+    if (p.repeat_penalty != 1.0f) l = l > 0 ? l / p.repeat_penalty : l * p.repeat_penalty;
+    l -= static_cast<float>(count) * p.frequency_penalty + p.presence_penalty;
+  }
+}
+
+void Sampler::sort_top(size_t n) {
+  n = std::min(n, n_cand_);
+  auto by_logit = [](const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+  if (n < n_cand_) std::nth_element(cand_.begin(), cand_.begin() + static_cast<long>(n), cand_.begin() + static_cast<long>(n_cand_), by_logit);
+  std::sort(cand_.begin(), cand_.begin() + static_cast<long>(n), by_logit);
+}
+
+int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<const int32_t> recent, Rng& rng) {
+  n_cand_ = static_cast<size_t>(n_vocab_);
+  for (int32_t i = 0; i < n_vocab_; ++i) cand_[static_cast<size_t>(i)] = {i, logits[i]};
+  apply_penalties(p, recent);
+  if (p.temperature <= 0.0f) {
+    size_t best = 0;
+    for (size_t i = 1; i < n_cand_; ++i)
+      if (cand_[i].logit > cand_[best].logit) best = i;
+    return cand_[best].id;
+  }
+
+  // top-k: keep the k largest, sorted.
+  size_t sorted = 0;
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n_cand_) {
+    sort_top(static_cast<size_t>(p.top_k));
+    n_cand_ = static_cast<size_t>(p.top_k);
+    sorted = n_cand_;
+  }
+  // Probabilities at temperature 1 for the truncations (as llama.cpp orders
+  // them: top-p and min-p before temperature).
+  auto softmax = [&](size_t n, float temp) {
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n; ++i) mx = std::max(mx, cand_[i].logit);
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      prob_[i] = std::exp((cand_[i].logit - mx) / temp);
+      sum += prob_[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (size_t i = 0; i < n; ++i) prob_[i] *= inv;
+  };
+  if (p.top_p < 1.0f) {
+    // Sort a growing prefix until it holds top_p of the mass.
+    softmax(n_cand_, 1.0f);
+    size_t want = std::max<size_t>(sorted, 64);
+    for (;;) {
+      want = std::min(want, n_cand_);
+      if (sorted < want) {
+        sort_top(want);
+        sorted = want;
+        softmax(n_cand_, 1.0f);
+      }
+      double cum = 0;
+      size_t keep = 0;
+      while (keep < sorted && cum < p.top_p) cum += prob_[keep++];
+      if (cum >= p.top_p || sorted == n_cand_) {
+        n_cand_ = std::max<size_t>(keep, 1);
+        break;
+      }
+      want *= 8;
+    }
+  }
+  if (p.min_p > 0.0f) {
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n_cand_; ++i) mx = std::max(mx, cand_[i].logit);
+    // p_i >= min_p * p_max  <=>  logit_i >= max + log(min_p)
+    const float floor = mx + std::log(p.min_p);
+    size_t w = 0;
+    for (size_t i = 0; i < n_cand_; ++i)
+      if (cand_[i].logit >= floor) cand_[w++] = cand_[i];
+    n_cand_ = std::max<size_t>(w, 1);
+  }
+  softmax(n_cand_, p.temperature);
+  double r = rng.uniform();
+  for (size_t i = 0; i < n_cand_; ++i) {
+    r -= prob_[i];
+    if (r < 0) return cand_[i].id;
+  }
+  return cand_[n_cand_ - 1].id;
+}
+
+float Sampler::logprobs(const float* logits, int32_t token, std::span<TokenLogprob> top) {
+  float mx = -INFINITY;
+  for (int32_t i = 0; i < n_vocab_; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab_; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  if (!top.empty()) {
+    n_cand_ = static_cast<size_t>(n_vocab_);
+    for (int32_t i = 0; i < n_vocab_; ++i) cand_[static_cast<size_t>(i)] = {i, logits[i]};
+    sort_top(top.size());
+    for (size_t i = 0; i < top.size() && i < n_cand_; ++i) top[i] = {cand_[i].id, cand_[i].logit - lse};
+  }
+  return logits[token] - lse;
+}
+
+}  // namespace edgelm

@@ -1,0 +1,81 @@
+// Turning a row of logits into the next token: penalties, top-k, top-p,
+// min-p, temperature, then a seeded draw (or the argmax when temperature is
+// 0). Buffers are sized by the vocabulary once; sampling allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+
+namespace edgelm {
+
+struct SamplingParams {
+  float temperature = 0.8f;   // <= 0: greedy
+  int top_k = 40;             // <= 0: off
+  float top_p = 0.95f;        // >= 1: off
+  float min_p = 0.05f;        // <= 0: off
+  float repeat_penalty = 1.0f;     // 1: off; divides positive logits, multiplies negative ones
+  float presence_penalty = 0.0f;   // subtracted once from every token seen in the window
+  float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
+  int penalty_last_n = 64;         // window of recent tokens (prompt and output) the penalties see
+  uint64_t seed = 0;
+
+  // Range checks with messages naming the field (for requests and flags).
+  Status validate() const;
+};
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+// splitmix64: a tiny, seedable, allocation-free generator; one per sequence.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) : s_(seed) {}
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, 1).
+  double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+
+ private:
+  uint64_t s_;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(int n_vocab);
+  // Bytes the sampler holds (counted by the memory plan).
+  static size_t bytes_for(int n_vocab);
+
+  // Samples from a row of n_vocab logits (left unchanged). `recent` holds
+  // the sequence's latest tokens (the penalty window is its tail).
+  int32_t sample(const float* logits, const SamplingParams& p, std::span<const int32_t> recent, Rng& rng);
+
+  // log-softmax of a row of logits (the model's own distribution, before
+  // penalties and truncation): fills `top` with the most likely tokens and
+  // returns the logprob of `token`.
+  float logprobs(const float* logits, int32_t token, std::span<TokenLogprob> top);
+
+ private:
+  struct Cand {
+    int32_t id;
+    float logit;
+  };
+  void apply_penalties(const SamplingParams& p, std::span<const int32_t> recent);
+  // Sorts the candidates so that the first `n` are the n largest, descending.
+  void sort_top(size_t n);
+
+  int n_vocab_;
+  std::vector<Cand> cand_;
+  std::vector<float> prob_;
+  size_t n_cand_ = 0;
+};
+
+}  // namespace edgelm

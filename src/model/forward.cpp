@@ -1,0 +1,254 @@
+#include "model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace edgelm {
+
+namespace {
+
+// y = x / rms(x) * w over n elements (w may be null: no gain).
+void rmsnorm(const float* x, const float* w, float* y, int n, float eps) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+  if (w) {
+    for (int i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+  } else {
+    for (int i = 0; i < n; ++i) y[i] = x[i] * scale;
+  }
+}
+
+// The work split of a matrix product: enough row chunks that both cores stay
+// busy and a slow chunk does not idle the other, each a whole number of
+// 16-row groups so SIMD kernels that tile rows see full tiles.
+int row_chunks(int64_t rows, int threads) {
+  if (threads <= 1) return 1;
+  const int64_t groups = (rows + 15) / 16;
+  return static_cast<int>(std::min<int64_t>(groups, threads * 4));
+}
+
+}  // namespace
+
+Forward::Forward(const ModelConfig& c, const ModelWeights& w, const ScratchLayout& layout, uint8_t* scratch,
+                 KvView kv, ThreadPool& pool, kernels::Isa isa)
+    : c_(c),
+      w_(w),
+      layout_(layout),
+      scratch_(scratch),
+      kv_(kv),
+      pool_(pool),
+      isa_(isa),
+      max_tokens_(layout.max_tokens),
+      max_logits_(layout.max_logits) {
+  // theta_i = pos * base^(-2i/rope_dim), built by repeated multiplication in
+  // float as the reference implementation does, so positions agree bit for bit.
+  const float theta_scale = std::pow(c.rope_base, -2.0f / static_cast<float>(c.rope_dim));
+  float t = 1.0f;
+  for (int i = 0; i < c.rope_dim / 2; ++i) {
+    float ff = w.rope_freqs.present() ? w.rope_freqs.f32()[i] : 1.0f;
+    inv_freq_[i] = t / ff / c.rope_scale;
+    t *= theta_scale;
+  }
+}
+
+void Forward::matmul(const TensorView& w, const float* in, int T, float* out, bool same_input) {
+  const DType at = kernels::act_type(w.type);
+  void* act = scratch_ + layout_.act;
+  const size_t act_row = layout_.act_row;
+  if (!same_input || act_src_ != in || act_type_ != at || act_T_ != T) {
+    const int64_t n = w.cols;
+    pool_.run(T, [&](int t, int) {
+      kernels::quantize_activation(isa_, w.type, in + static_cast<size_t>(t) * n,
+                                   static_cast<uint8_t*>(act) + static_cast<size_t>(t) * act_row, n);
+    });
+    act_src_ = in;
+    act_type_ = at;
+    act_T_ = T;
+  }
+  kernels::GemmArgs a;
+  a.wtype = w.type;
+  a.w = w.data;
+  a.w_stride = w.row_bytes;
+  a.n = w.cols;
+  a.x = act;
+  a.x_stride = act_row;
+  a.n_tok = T;
+  a.y = out;
+  a.ldy = w.rows;
+  const int chunks = row_chunks(w.rows, pool_.size());
+  const int64_t per = ((w.rows + chunks - 1) / chunks + 15) / 16 * 16;
+  pool_.run(chunks, [&](int ch, int) {
+    const int64_t r0 = ch * per;
+    const int64_t r1 = std::min<int64_t>(w.rows, r0 + per);
+    if (r0 < r1) kernels::gemm(isa_, a, r0, r1);
+  });
+}
+
+void Forward::rope(float* x, int T, int n_heads, std::span<const BatchToken>) {
+  const int hd = c_.head_dim;
+  const int half = c_.rope_dim / 2;
+  const float* table = buf<float>(layout_.rope);
+  for (int t = 0; t < T; ++t) {
+    const float* cs = table + static_cast<size_t>(t) * c_.rope_dim;  // cos, sin interleaved per pair
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (static_cast<size_t>(t) * n_heads + h) * hd;
+      for (int i = 0; i < half; ++i) {
+        // NeoX pairs element i with i + rope_dim/2; the original layout pairs 2i, 2i+1.
+        const int a = c_.rope_neox ? i : 2 * i;
+        const int b = c_.rope_neox ? i + half : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+        v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+      }
+    }
+  }
+}
+
+void Forward::attention(int layer, std::span<const BatchToken> batch) {
+  const int T = static_cast<int>(batch.size());
+  const int hd = c_.head_dim, hdv = c_.head_dim_v;
+  const int group = c_.n_heads / c_.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float* q = buf<float>(layout_.q);
+  float* out = buf<float>(layout_.att);
+  const size_t k_head_bytes = row_bytes(kv_.type, hd);
+  const size_t v_head_bytes = row_bytes(kv_.type, hdv);
+
+  // One task per (token, query head): an online softmax over the slot's
+  // positions [0, pos], in blocks of kAttnBlock scores; memory use is fixed.
+  pool_.run(T * c_.n_heads, [&](int task, int thread) {
+    const int t = task / c_.n_heads, h = task % c_.n_heads;
+    const BatchToken& bt = batch[static_cast<size_t>(t)];
+    const int kvh = h / group;
+    const float* qh = q + (static_cast<size_t>(t) * c_.n_heads + h) * hd;
+    float* acc = buf<float>(layout_.thread + static_cast<size_t>(thread) * layout_.per_thread);
+    float* scores = acc + hdv;
+    std::fill(acc, acc + hdv, 0.0f);
+    float m = -INFINITY, sum = 0.0f;
+    const int n_pos = bt.pos + 1;
+    for (int p0 = 0; p0 < n_pos; p0 += kAttnBlock) {
+      const int p1 = std::min(n_pos, p0 + kAttnBlock);
+      float bm = -INFINITY;
+      for (int p = p0; p < p1; ++p) {
+        const uint8_t* k = kv_.k(bt.slot, layer, p) + kvh * k_head_bytes;
+        const float s = kernels::dot_f32_kv(isa_, kv_.type, qh, k, hd) * scale;
+        scores[p - p0] = s;
+        bm = std::max(bm, s);
+      }
+      if (bm > m) {
+        const float r = std::exp(m - bm);  // 0 on the first block
+        for (int i = 0; i < hdv; ++i) acc[i] *= r;
+        sum *= r;
+        m = bm;
+      }
+      for (int p = p0; p < p1; ++p) {
+        const float e = std::exp(scores[p - p0] - m);
+        sum += e;
+        kernels::axpy_kv(isa_, kv_.type, e, kv_.v(bt.slot, layer, p) + kvh * v_head_bytes, acc, hdv);
+      }
+    }
+    float* o = out + (static_cast<size_t>(t) * c_.n_heads + h) * hdv;
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < hdv; ++i) o[i] = acc[i] * inv;
+  });
+}
+
+Result<const float*> Forward::step(std::span<const BatchToken> batch) {
+  const int T = static_cast<int>(batch.size());
+  if (T == 0) return make_error("empty batch");
+  if (T > max_tokens_) return make_error("batch of {} tokens exceeds the planned {}", T, max_tokens_);
+  int n_logits = 0;
+  for (const BatchToken& b : batch) {
+    if (b.token < 0 || b.token >= c_.n_vocab) return make_error("token id {} out of range", b.token);
+    if (b.slot < 0 || b.slot >= kv_.n_slots) return make_error("slot {} out of range", b.slot);
+    if (b.pos < 0 || b.pos >= kv_.ctx) return make_error("position {} outside the slot's {} tokens", b.pos, kv_.ctx);
+    n_logits += b.logits ? 1 : 0;
+  }
+  if (n_logits > max_logits_) return make_error("{} logits rows exceed the planned {}", n_logits, max_logits_);
+
+  const int E = c_.n_embd;
+  float* x = buf<float>(layout_.x);
+  float* xb = buf<float>(layout_.xb);
+  float* q = buf<float>(layout_.q);
+  float* k = buf<float>(layout_.k);
+  float* v = buf<float>(layout_.v);
+  float* att = buf<float>(layout_.att);
+  float* gate = buf<float>(layout_.gate);
+  float* up = buf<float>(layout_.up);
+
+  // Embedding rows and the RoPE table of this step's positions.
+  float* rope_table = buf<float>(layout_.rope);
+  for (int t = 0; t < T; ++t) {
+    const BatchToken& b = batch[static_cast<size_t>(t)];
+    kernels::dequantize_row(w_.token_embd.type, w_.token_embd.data + static_cast<size_t>(b.token) * w_.token_embd.row_bytes,
+                            x + static_cast<size_t>(t) * E, E);
+    float* cs = rope_table + static_cast<size_t>(t) * c_.rope_dim;
+    for (int i = 0; i < c_.rope_dim / 2; ++i) {
+      const float theta = static_cast<float>(b.pos) * inv_freq_[i];
+      cs[2 * i] = std::cos(theta);
+      cs[2 * i + 1] = std::sin(theta);
+    }
+  }
+
+  const int qd = c_.q_dim(), kd = c_.k_dim(), vd = c_.v_dim();
+  for (int l = 0; l < c_.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+    for (int t = 0; t < T; ++t) rmsnorm(x + static_cast<size_t>(t) * E, L.attn_norm.f32(), xb + static_cast<size_t>(t) * E, E, c_.rms_eps);
+    matmul(L.wq, xb, T, q);
+    matmul(L.wk, xb, T, k, true);
+    matmul(L.wv, xb, T, v, true);
+    if (c_.qkv_bias) {
+      for (int t = 0; t < T; ++t) {
+        for (int i = 0; i < qd; ++i) q[static_cast<size_t>(t) * qd + i] += L.bq.f32()[i];
+        for (int i = 0; i < kd; ++i) k[static_cast<size_t>(t) * kd + i] += L.bk.f32()[i];
+        for (int i = 0; i < vd; ++i) v[static_cast<size_t>(t) * vd + i] += L.bv.f32()[i];
+      }
+    }
+    if (c_.qk_norm) {
+      for (int r = 0; r < T * c_.n_heads; ++r)
+        rmsnorm(q + static_cast<size_t>(r) * c_.head_dim, L.q_norm.f32(), q + static_cast<size_t>(r) * c_.head_dim, c_.head_dim, c_.rms_eps);
+      for (int r = 0; r < T * c_.n_kv_heads; ++r)
+        rmsnorm(k + static_cast<size_t>(r) * c_.head_dim, L.k_norm.f32(), k + static_cast<size_t>(r) * c_.head_dim, c_.head_dim, c_.rms_eps);
+    }
+    rope(q, T, c_.n_heads, batch);
+    rope(k, T, c_.n_kv_heads, batch);
+    // This step's keys and values go into the cache first, so a token sees
+    // the tokens before it in the same step.
+    for (int t = 0; t < T; ++t) {
+      const BatchToken& b = batch[static_cast<size_t>(t)];
+      kernels::store_kv(kv_.type, k + static_cast<size_t>(t) * kd, kv_.k(b.slot, l, b.pos), kd);
+      kernels::store_kv(kv_.type, v + static_cast<size_t>(t) * vd, kv_.v(b.slot, l, b.pos), vd);
+    }
+    attention(l, batch);
+    // The residual add reuses `xb` for the projection output.
+    matmul(L.wo, att, T, xb);
+    for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += xb[i];
+
+    for (int t = 0; t < T; ++t) rmsnorm(x + static_cast<size_t>(t) * E, L.ffn_norm.f32(), xb + static_cast<size_t>(t) * E, E, c_.rms_eps);
+    matmul(L.w_gate, xb, T, gate);
+    matmul(L.w_up, xb, T, up, true);
+    const size_t nf = static_cast<size_t>(T) * c_.n_ff;
+    for (size_t i = 0; i < nf; ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
+    }
+    matmul(L.w_down, gate, T, xb);
+    for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += xb[i];
+  }
+
+  // Logits only for the rows that are sampled.
+  float* last = buf<float>(layout_.last);
+  int r = 0;
+  for (int t = 0; t < T; ++t) {
+    if (!batch[static_cast<size_t>(t)].logits) continue;
+    rmsnorm(x + static_cast<size_t>(t) * E, w_.output_norm.f32(), last + static_cast<size_t>(r) * E, E, c_.rms_eps);
+    ++r;
+  }
+  float* logits = buf<float>(layout_.logits);
+  if (r > 0) matmul(w_.output, last, r, logits);
+  return static_cast<const float*>(logits);
+}
+
+}  // namespace edgelm

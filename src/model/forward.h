@@ -1,0 +1,93 @@
+// The transformer forward pass over a batch of tokens from any number of
+// sequences (slots). One loop serves llama, qwen2 and qwen3: the differences
+// are flags in ModelConfig. Every buffer comes from the ScratchLayout, so a
+// step allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "model/config.h"
+#include "model/scratch.h"
+#include "model/weights.h"
+
+namespace edgelm {
+
+// Where each slot's keys and values live. Rows of one (slot, layer) are
+// contiguous over positions: K row of (slot, layer, pos) is at
+// base + ((slot * n_layers + layer) * ctx + pos) * (k_row + v_row), V follows K.
+struct KvView {
+  uint8_t* base = nullptr;
+  DType type = DType::F16;
+  int n_slots = 0;
+  int n_layers = 0;
+  int ctx = 0;       // positions per slot
+  size_t k_row = 0;  // bytes of one K row (k_dim elements)
+  size_t v_row = 0;  // bytes of one V row (v_dim elements)
+
+  size_t row_pair() const { return k_row + v_row; }
+  uint8_t* k(int slot, int layer, int pos) const {
+    return base + ((static_cast<size_t>(slot) * n_layers + layer) * ctx + pos) * row_pair();
+  }
+  uint8_t* v(int slot, int layer, int pos) const { return k(slot, layer, pos) + k_row; }
+  size_t bytes() const { return static_cast<size_t>(n_slots) * n_layers * ctx * row_pair(); }
+};
+
+struct BatchToken {
+  int32_t token;  // vocabulary id, in [0, n_vocab)
+  int32_t pos;    // position in its slot, in [0, ctx)
+  int32_t slot;   // in [0, n_slots)
+  bool logits;    // produce a row of logits for this token
+};
+
+class Forward {
+ public:
+  // scratch: layout.total bytes, 64-byte aligned, owned by the caller.
+  Forward(const ModelConfig& c, const ModelWeights& w, const ScratchLayout& layout, uint8_t* scratch, KvView kv,
+          ThreadPool& pool, kernels::Isa isa);
+
+  // Runs one step. Within the batch, the tokens of one slot must have
+  // consecutive increasing positions; each attends to its slot's positions
+  // [0, pos] (earlier steps' and this step's). Returns the logits rows, one
+  // per token with `logits` set, in batch order (n_vocab floats each); the
+  // pointer stays valid until the next step.
+  Result<const float*> step(std::span<const BatchToken> batch);
+
+  const ScratchLayout& layout() const { return layout_; }
+  int max_tokens() const { return max_tokens_; }
+  int max_logits() const { return max_logits_; }
+
+ private:
+  template <typename T>
+  T* buf(size_t offset) const {
+    return reinterpret_cast<T*>(scratch_ + offset);
+  }
+  // out[t * w.rows + r] = W row r . in row t, for t < T; `in` has w.cols
+  // floats per row. same_input: `in` is unchanged since the previous call, so
+  // its quantized activations are reused when the format matches (Q, K, V
+  // share one conversion, as do gate and up).
+  void matmul(const TensorView& w, const float* in, int T, float* out, bool same_input = false);
+  void attention(int layer, std::span<const BatchToken> batch);
+  void rope(float* x, int T, int n_heads, std::span<const BatchToken> batch);
+
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  ScratchLayout layout_;
+  uint8_t* scratch_;
+  KvView kv_;
+  ThreadPool& pool_;
+  kernels::Isa isa_;
+  int max_tokens_;
+  int max_logits_;
+  float inv_freq_[512];  // per rotated pair: 1 / (base^(2i/rope_dim) * freq_factor_i)
+
+  // What the activation buffer holds now.
+  const float* act_src_ = nullptr;
+  DType act_type_ = DType::F32;
+  int act_T_ = 0;
+};
+
+}  // namespace edgelm

@@ -1,0 +1,59 @@
+#include "tools/options.h"
+
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "core/sysmem.h"
+
+namespace edgelm::tools {
+
+void add_plan_flags(CLI::App* cmd, PlanFlags& f, bool model_required) {
+  auto* m = cmd->add_option("-m,--model", f.model, "GGUF model file");
+  if (model_required) m->required();
+  cmd->add_option("--slots", f.slots, "Concurrent sequences (default: as many as the budget holds)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--ctx", f.ctx, "Tokens per slot (default: min(2048, trained context))")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--kv-type", f.kv_type, "KV cache element type: f16, q8_0, f32")->capture_default_str();
+  cmd->add_option("--memory-budget", f.budget,
+                  "Hard memory budget, e.g. 2GiB or 2048MiB; 'auto' = min(cgroup limit, MemAvailable) less --reserve")
+      ->capture_default_str();
+  cmd->add_option("--reserve", f.reserve, "Fraction kept free by the 'auto' budget")->capture_default_str();
+  cmd->add_option("--batch", f.batch, "Most tokens in one forward step (prefill chunk budget)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--threads", f.threads, "Worker threads (default: physical cores)")->check(CLI::Range(0, 1024));
+}
+
+int default_threads() {
+  // Count distinct (physical id, core id) pairs; fall back to the logical count.
+  std::ifstream in("/proc/cpuinfo");
+  std::set<std::pair<int, int>> cores;
+  std::string line;
+  int phys = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("physical id", 0) == 0) phys = std::atoi(line.c_str() + line.find(':') + 1);
+    if (line.rfind("core id", 0) == 0) cores.insert({phys, std::atoi(line.c_str() + line.find(':') + 1)});
+  }
+  int n = static_cast<int>(cores.size());
+  if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+  return n > 0 ? n : 1;
+}
+
+Result<MemoryPlan> plan_from_flags(const Model& m, const PlanFlags& f, uint64_t extra_bytes) {
+  EDGELM_ASSIGN(DType kv, parse_kv_type(f.kv_type));
+  EDGELM_ASSIGN(Budget budget, resolve_budget(f.budget, f.reserve, read_system_memory()));
+  PlanOptions o;
+  o.slots = f.slots;
+  o.ctx = f.ctx;
+  o.kv_type = kv;
+  o.step_tokens = f.batch;
+  o.threads = f.threads > 0 ? f.threads : default_threads();
+  o.extra_bytes = extra_bytes;
+  return make_plan(m.config, m.weights, o, budget);
+}
+
+}  // namespace edgelm::tools
