@@ -1,0 +1,208 @@
+// llama.cpp's tokenizer test vectors (assets/vocab/ggml-vocab-*.gguf with
+// .gguf.inp / .gguf.out, fetched by scripts/fetch-test-assets.sh) and the
+// shared stories260K model. Skipped when the files are absent.
+//
+// File format, as tests/test-tokenizer-0.cpp reads it: .inp holds the cases,
+// each followed by "\n__ggml_vocab_test__\n" (the last one may lack it); .out
+// holds one line per case with the expected ids separated by spaces. The ids
+// were produced with add_special = false and parse_special = false.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "gguf/gguf.h"
+#include "testutil.h"
+#include "tokenizer/tokenizer.h"
+
+namespace edgelm::tokenizer {
+namespace {
+
+struct Case {
+  std::string input;
+  std::vector<int32_t> ids;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<Case> read_cases(const std::string& inp_path, const std::string& out_path) {
+  const std::string raw = read_file(inp_path);
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> inputs;
+  for (size_t pos = 0; pos < raw.size();) {
+    const size_t next = raw.find(sep, pos);
+    if (next == std::string::npos) {
+      inputs.push_back(raw.substr(pos));
+      break;
+    }
+    inputs.push_back(raw.substr(pos, next - pos));
+    pos = next + sep.size();
+  }
+  std::vector<Case> cases;
+  std::ifstream out(out_path);
+  std::string line;
+  for (size_t i = 0; std::getline(out, line); ++i) {
+    Case c;
+    if (i < inputs.size()) c.input = inputs[i];
+    std::istringstream ls(line);
+    for (int32_t id; ls >> id;) c.ids.push_back(id);
+    cases.push_back(std::move(c));
+  }
+  if (cases.size() != inputs.size()) return {};
+  return cases;
+}
+
+std::string show(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += std::to_string(id) + " ";
+  return s;
+}
+
+Tokenizer load_or_die(const std::string& path) {
+  auto f = gguf::File::open(path);
+  EXPECT_TRUE(f.ok()) << f.message();
+  auto t = Tokenizer::from_gguf(*f);
+  EXPECT_TRUE(t.ok()) << t.message();
+  return std::move(t).value();
+}
+
+class VocabFile : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VocabFile, MatchesLlamaCppTestVectors) {
+  const std::string name = "ggml-vocab-" + GetParam() + ".gguf";
+  EDGELM_REQUIRE_VOCAB(path, name);
+  if (!std::filesystem::exists(path + ".inp")) GTEST_SKIP() << name << ".inp not present";
+  auto cases = read_cases(path + ".inp", path + ".out");
+  ASSERT_FALSE(cases.empty()) << "could not read the test vectors of " << name;
+  auto f = gguf::File::open(path);
+  ASSERT_TRUE(f.ok()) << f.message();
+  auto tok = Tokenizer::from_gguf(*f);
+  ASSERT_TRUE(tok.ok()) << tok.message();
+
+  int failed = 0;
+  for (const Case& c : cases) {
+    const auto got = tok->encode(c.input, /*add_special=*/false, /*parse_special=*/false);
+    if (got != c.ids) {
+      ++failed;
+      ADD_FAILURE() << name << ": input '" << c.input << "'\n  expected " << show(c.ids) << "\n  got      "
+                    << show(got);
+    }
+  }
+  RecordProperty("cases", static_cast<int>(cases.size()));
+  EXPECT_EQ(failed, 0) << failed << " of " << cases.size() << " cases differ";
+  std::printf("[ vocab    ] %s: %zu/%zu cases match\n", name.c_str(), cases.size() - failed, cases.size());
+}
+
+// Decoding the ids gives the input back (byte-exact) for valid UTF-8 input.
+TEST_P(VocabFile, DecodeRoundTrips) {
+  const std::string name = "ggml-vocab-" + GetParam() + ".gguf";
+  EDGELM_REQUIRE_VOCAB(path, name);
+  if (!std::filesystem::exists(path + ".inp")) GTEST_SKIP() << name << ".inp not present";
+  auto cases = read_cases(path + ".inp", path + ".out");
+  Tokenizer tok = load_or_die(path);
+  for (const Case& c : cases) {
+    for (bool add_special : {false, true}) {
+      const auto ids = tok.encode(c.input, add_special, false);
+      EXPECT_EQ(tok.decode(ids), c.input) << name << " add_special=" << add_special;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Required, VocabFile, ::testing::Values("llama-spm", "llama-bpe", "qwen2", "gpt-2"));
+// Every other vocab with test vectors that this tokenizer supports.
+INSTANTIATE_TEST_SUITE_P(Others, VocabFile,
+                         ::testing::Values("phi-3", "deepseek-llm", "deepseek-coder", "falcon", "starcoder", "refact",
+                                           "command-r", "mpt", "qwen35", "gemma-4"));
+
+// Vocabs without test vectors: they load, and text survives a round trip.
+TEST(VocabFileNoVectors, LoadAndRoundTrip) {
+  int tried = 0;
+  for (const char* n : {"aquila", "baichuan", "gpt-neox"}) {
+    const std::string dir = test::vocab_dir();
+    const std::string path = dir + "/ggml-vocab-" + n + ".gguf";
+    if (dir.empty() || !std::filesystem::exists(path)) continue;
+    ++tried;
+    Tokenizer tok = load_or_die(path);
+    const std::string text = "Hello world! \xC3\xA9t\xC3\xA9 42\n\tdone";
+    const auto ids = tok.encode(text, false, false);
+    EXPECT_FALSE(ids.empty()) << n;
+    EXPECT_EQ(tok.decode(ids), text) << n;
+  }
+  if (tried == 0) GTEST_SKIP() << "assets/vocab not present (run scripts/fetch-test-assets.sh)";
+}
+
+// WordPiece (BERT) is not supported: a clear error, not a wrong tokenization.
+TEST(VocabFileUnsupported, BertIsRejected) {
+  EDGELM_REQUIRE_VOCAB(path, "ggml-vocab-bert-bge.gguf");
+  auto f = gguf::File::open(path);
+  ASSERT_TRUE(f.ok()) << f.message();
+  auto tok = Tokenizer::from_gguf(*f);
+  ASSERT_FALSE(tok.ok());
+  EXPECT_NE(tok.message().find("'bert'"), std::string::npos) << tok.message();
+}
+
+TEST(Stories260K, EncodesLikeLlamaCpp) {
+  EDGELM_REQUIRE_SHARED(path, "stories260K.gguf");
+  Tokenizer tok = load_or_die(path);
+  EXPECT_EQ(tok.kind(), VocabKind::kSpm);
+  EXPECT_EQ(tok.encode("Once upon a time", true, false), (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(tok.encode("Lily and Ben went to the park", true, false),
+            (std::vector<int32_t>{1, 317, 269, 368, 302, 263, 377, 267, 265, 282, 295, 433}));
+  EXPECT_EQ(tok.decode(tok.encode("Once upon a time", true, false)), "Once upon a time");
+  EXPECT_TRUE(tok.is_eog(tok.eos()));
+}
+
+// About 1 MB of mixed text (the test vectors repeated) per vocab kind, plus
+// inputs that would expose quadratic behaviour: one endless word, one
+// whitespace run, a wall of special-token prefixes, random bytes.
+TEST(VocabFileSpeed, OneMegabyteIsFast) {
+  EDGELM_REQUIRE_VOCAB(spm_path, "ggml-vocab-llama-spm.gguf");
+  EDGELM_REQUIRE_VOCAB(bpe_path, "ggml-vocab-llama-bpe.gguf");
+  const auto cases = read_cases(bpe_path + ".inp", bpe_path + ".out");
+  std::string mixed;
+  while (mixed.size() < (1u << 20))
+    for (const Case& c : cases) mixed += c.input + "\n";
+  std::string random_bytes(1u << 20, '\0');
+  uint32_t x = 12345;
+  for (char& c : random_bytes) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {"mixed", mixed},
+      {"one word", std::string(1u << 20, 'a')},
+      {"spaces", std::string(1u << 20, ' ')},
+      {"digits", std::string(1u << 20, '7')},
+      {"special prefixes", [] {
+         std::string s;
+         while (s.size() < (1u << 20)) s += "<|begin_of_tex";
+         return s;
+       }()},
+      {"random bytes", random_bytes},
+  };
+  for (const std::string& path : {spm_path, bpe_path}) {
+    Tokenizer tok = load_or_die(path);
+    for (const auto& [what, text] : inputs) {
+      for (bool parse_special : {false, true}) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto ids = tok.encode(text, true, parse_special);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("[ speed    ] %-26s %-16s parse_special=%d: %7zu bytes -> %7zu tokens in %6.1f ms (%.1f MB/s)\n",
+                    std::filesystem::path(path).filename().c_str(), what.c_str(), parse_special, text.size(),
+                    ids.size(), s * 1e3, text.size() / s / 1e6);
+        // Generous bound for a shared CI machine; quadratic behaviour would take minutes.
+        EXPECT_LT(s, 3.0) << what;
+        EXPECT_FALSE(ids.empty());
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace edgelm::tokenizer
