@@ -71,8 +71,10 @@ class Tokenizer {
   std::string_view token_piece_view(int32_t id, bool special = false) const;
 
   // Concatenated pieces. skip_special=false renders CONTROL tokens as text.
-  // For vocabs with add_space_prefix, the space that encode() put in front of
-  // the text is removed from the first token that produces output.
+  // For vocabs with add_space_prefix (SPM), the space that encode() put in
+  // front of the text is removed from the first token that produces output.
+  // encode() also puts one after every special token (llama.cpp does); that
+  // one stays, so "a<tool>b" comes back as "a<tool> b".
   std::string decode(std::span<const int32_t> ids, bool skip_special = true) const;
 
   int32_t n_vocab() const;
