@@ -44,9 +44,16 @@ const Backend& scalar_backend();
 #if defined(EDGELM_X86)
 const Backend& avx2_backend();
 const Backend& avx512_backend();
+// Each ISA's table is filled by several files, one per kernel family.
+void register_kquants_avx2(Backend& be);
+void register_act_avx2(Backend& be);
+void register_kquants_avx512(Backend& be);
+void register_act_avx512(Backend& be);
 #endif
 #if defined(EDGELM_ARM64)
 const Backend& neon_backend();
+void register_kquants_neon(Backend& be);
+void register_act_neon(Backend& be);
 #endif
 
 }  // namespace edgelm::kernels

@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -193,6 +195,27 @@ TEST(GemmDispatch, UnavailableIsaFallsBack) {
   }
   EXPECT_EQ(supported_isas().front(), Isa::Scalar);
   EXPECT_EQ(best_isa(), supported_isas().back());
+}
+
+TEST(GemmDispatch, DetectsTheCpusIsas) {
+  std::string names;
+  for (Isa isa : supported_isas()) names += std::string(isa_name(isa)) + " ";
+  RecordProperty("isas", names);
+  std::cout << "[          ] supported ISAs: " << names << "\n";
+  const auto has = [](Isa isa) {
+    for (Isa i : supported_isas())
+      if (i == isa) return true;
+    return false;
+  };
+#if defined(__x86_64__)
+  EXPECT_EQ(has(Isa::Avx2), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") != 0);
+  EXPECT_EQ(has(Isa::Avx512), __builtin_cpu_supports("avx512vnni") &&
+                                  __builtin_cpu_supports("avx512bw") &&
+                                  __builtin_cpu_supports("avx512vl") != 0);
+  EXPECT_FALSE(has(Isa::Neon));
+#elif defined(__aarch64__)
+  EXPECT_TRUE(has(Isa::Neon));
+#endif
 }
 
 TEST(GemmDispatch, EmptyRangeWritesNothing) {
