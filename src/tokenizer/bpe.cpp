@@ -27,7 +27,7 @@ void merge_word(const Tokenizer::Impl& v, std::string_view word, EncodeScratch& 
       len = 1;
       id = v.byte_char_token[static_cast<uint8_t>(word[off])];
     } else {
-      len = std::min(utf8_lead_len(static_cast<uint8_t>(word[off])), word.size() - off);
+      len = utf8_symbol_len(word, off);
       id = v.lookup(word.substr(off, len));
     }
     const auto idx = static_cast<int32_t>(sym.size());

@@ -31,8 +31,8 @@ void spm_encode(const Tokenizer::Impl& v, std::string_view text, EncodeScratch& 
   auto& sym = s.symbols;
   auto& heap = s.heap;
   sym.clear();
-  // One symbol per character. A truncated sequence at the end is one short
-  // symbol; byte fallback handles it like any symbol that is not a token.
+  // One symbol per character; each byte of malformed UTF-8 is a symbol of its
+  // own, so byte fallback gives it back unchanged.
   // When the vocab allows it (see Impl::spm_word_segments), a U+2581 that
   // follows another character starts an independent segment: no token can
   // span that point, so merging segment by segment gives the same result
@@ -40,7 +40,7 @@ void spm_encode(const Tokenizer::Impl& v, std::string_view text, EncodeScratch& 
   std::vector<int32_t> seg_starts{0};
   bool prev_is_space = false;
   for (size_t off = 0; off < text.size();) {
-    const size_t len = std::min(utf8_lead_len(static_cast<uint8_t>(text[off])), text.size() - off);
+    const size_t len = utf8_symbol_len(text, off);
     const bool is_space = text.substr(off, len) == kSpmSpace;
     const auto idx = static_cast<int32_t>(sym.size());
     if (v.spm_word_segments && is_space && idx > 0 && !prev_is_space) {

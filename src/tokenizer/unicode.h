@@ -18,14 +18,6 @@ namespace edgelm::tokenizer {
 inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 inline constexpr std::string_view kSpmSpace = "\xE2\x96\x81";         // U+2581 '▁'
 
-// Bytes of the sequence a lead byte announces, judged by its top four bits
-// only (as SentencePiece-style splitting does): 1 for ASCII, continuation and
-// invalid bytes.
-inline size_t utf8_lead_len(uint8_t lead) {
-  static constexpr uint8_t kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kLen[lead >> 4];
-}
-
 struct Utf8Char {
   uint32_t cp = 0;   // the code point, or U+FFFD when !valid
   uint32_t len = 1;  // bytes consumed: the sequence, or 1 when !valid
@@ -42,6 +34,16 @@ enum class Utf8Prefix {
   kInvalid,     // can never become well-formed: the first byte is one U+FFFD
 };
 Utf8Prefix utf8_classify(std::string_view s, size_t i, size_t* len);
+
+// Bytes of the character at s[i] for splitting text into merge symbols: a
+// well-formed sequence is one symbol, any other byte is a symbol of its own.
+// (llama.cpp trusts the lead byte alone, which lets a stray lead byte swallow
+// the bytes after it; for valid UTF-8 both agree.)
+inline size_t utf8_symbol_len(std::string_view s, size_t i) {
+  if (static_cast<uint8_t>(s[i]) < 0x80) return 1;
+  size_t n = 1;
+  return utf8_classify(s, i, &n) == Utf8Prefix::kComplete ? n : 1;
+}
 
 void utf8_append(std::string& out, uint32_t cp);
 

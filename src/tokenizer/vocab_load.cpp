@@ -150,7 +150,7 @@ bool spm_segments_safe(const Impl& v) {
     const std::string_view t = v.text(i);
     bool prev_other = false;
     for (size_t k = 0; k < t.size();) {
-      const size_t len = std::min(utf8_lead_len(static_cast<uint8_t>(t[k])), t.size() - k);
+      const size_t len = utf8_symbol_len(t, k);
       const bool space = t.substr(k, len) == kSpmSpace;
       if (space && prev_other) return false;
       prev_other = !space;
