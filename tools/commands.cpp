@@ -11,6 +11,7 @@ void set_exit_code(int code) { g_exit_code = code; }
 void register_commands(CLI::App& app) {
   add_info_command(app);
   add_plan_command(app);
+  add_serve_command(app);
   add_run_command(app);
   add_tokenize_commands(app);
   add_synth_command(app);

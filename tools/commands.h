@@ -15,5 +15,6 @@ void add_plan_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace edgelm::tools

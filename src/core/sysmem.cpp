@@ -42,6 +42,24 @@ std::optional<double> psi_avg10(const std::string& path) {
   return std::strtod(s->c_str() + p + 11, nullptr);
 }
 
+// A "key value" line of memory.stat (bytes).
+std::optional<uint64_t> stat_field(const std::string& path, std::string_view key) {
+  auto s = slurp(path);
+  if (!s) return std::nullopt;
+  std::istringstream in(*s);
+  std::string k;
+  uint64_t v = 0;
+  while (in >> k >> v)
+    if (k == key) return v;
+  return std::nullopt;
+}
+
+void fill_working_set(SystemMemory& m, const std::string& dir, std::string_view inactive_key) {
+  if (!m.cgroup_usage) return;
+  const uint64_t inactive = stat_field(dir + "/memory.stat", inactive_key).value_or(0);
+  m.cgroup_working_set = *m.cgroup_usage > inactive ? *m.cgroup_usage - inactive : 0;
+}
+
 uint64_t status_field(std::string_view key) {
   auto s = slurp("/proc/self/status");
   return s ? meminfo_field(*s, key) : 0;
@@ -84,6 +102,7 @@ SystemMemory read_system_memory(const std::string& root) {
         m.cgroup_path = dir;
         m.cgroup_limit = read_limit(dir + "/memory.limit_in_bytes");
         m.cgroup_usage = read_limit(dir + "/memory.usage_in_bytes");
+        fill_working_set(m, dir, "total_inactive_file");
         break;
       }
     }
@@ -95,6 +114,7 @@ SystemMemory read_system_memory(const std::string& root) {
         m.cgroup_path = dir;
         m.cgroup_limit = read_limit(dir + "/memory.max");
         m.cgroup_usage = read_limit(dir + "/memory.current");
+        fill_working_set(m, dir, "inactive_file");
         if (auto p = psi_avg10(dir + "/memory.pressure")) m.psi_some_avg10 = p;
         break;
       }

@@ -15,6 +15,9 @@ struct SystemMemory {
   std::string cgroup_path;     // the folder the figures come from
   std::optional<uint64_t> cgroup_limit;  // memory.max / memory.limit_in_bytes (none if unlimited)
   std::optional<uint64_t> cgroup_usage;  // memory.current / memory.usage_in_bytes
+  // Usage less reclaimable file cache (memory.stat inactive_file): what the
+  // kernel cannot simply drop before it would have to OOM-kill.
+  std::optional<uint64_t> cgroup_working_set;
   std::optional<double> psi_some_avg10;  // memory pressure, percent of time stalled (cgroup, else system)
 };
 

@@ -318,7 +318,16 @@ bool Engine::step_once() {
   // Then prefill, in chunks: small while streams are running, so their next
   // token is not held up behind a long prompt.
   int budget = plan_.step_tokens - static_cast<int>(batch_.size());
-  if (n_decode > 0) budget = std::min(budget, opts_.prefill_chunk);
+  if (n_decode > 0 && opts_.max_step_seconds > 0) {
+    StepModel m;
+    {
+      std::lock_guard<std::mutex> lk(stats_mu_);
+      m = stats_.step_model;
+    }
+    const double room = opts_.max_step_seconds - m.predict(n_decode);
+    const int fit = m.b > 0 ? static_cast<int>(room / m.b) : budget;
+    budget = std::min(budget, std::max(opts_.min_prefill_chunk, fit));
+  }
   int n_prefill = 0;
   for (int i = 0; i < n_slots && budget > 0; ++i) {
     Slot& s = slots_[static_cast<size_t>(i)];

@@ -47,10 +47,13 @@ struct EngineOptions {
   int threads = 1;
   kernels::Isa isa = kernels::best_isa();
   bool mlock = false;
-  // Prefill tokens a step may add while other slots are decoding, so a long
-  // prompt does not stall running streams; with no stream running, a step
-  // takes up to the plan's step_tokens.
-  int prefill_chunk = 32;
+  // While streams are decoding, a step may add prefill tokens only as far as
+  // its predicted time stays within max_step_seconds (the per-token latency
+  // every stream was promised); at least min_prefill_chunk so prompts still
+  // advance. 0 disables the time limit. With no stream decoding, a step takes
+  // up to the plan's step_tokens.
+  double max_step_seconds = 0;
+  int min_prefill_chunk = 4;
 };
 
 // Per-step timing fit t(step) = a + b * tokens (seconds), from the steps the

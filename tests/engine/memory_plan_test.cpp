@@ -80,14 +80,21 @@ TEST(MemoryPlan, PicksTheLargestSlotCountThatFits) {
   auto p = planned("qwen2-1.5b", "Q4_0");
   PlanOptions o;
   o.ctx = 2048;
-  o.slots = 1;
-  auto one = make_plan(p.config, p.weights, o, budget(64 * kGiB)).value();
-  // Room for exactly 6 slots' KV beyond one slot's plan (plus a little).
-  const uint64_t b = one.total + 5 * one.kv_per_slot + 5 * 2048 * 4 + kMiB;
+  o.slots = 6;
+  const uint64_t six = make_plan(p.config, p.weights, o, budget(64 * kGiB))->total;
+  o.slots = 7;
+  const uint64_t seven = make_plan(p.config, p.weights, o, budget(64 * kGiB))->total;
+  // Each slot costs its KV and state, plus a row of logits in the scratch.
+  EXPECT_GT(seven - six, 28672u * 2048 + slot_state_bytes(2048));
   o.slots = 0;
-  auto plan = make_plan(p.config, p.weights, o, budget(b)).value();
+  auto plan = make_plan(p.config, p.weights, o, budget(six)).value();
   EXPECT_TRUE(plan.fits());
   EXPECT_EQ(plan.slots, 6);
+  EXPECT_EQ(plan.total, six);
+  plan = make_plan(p.config, p.weights, o, budget(seven - 1)).value();
+  EXPECT_EQ(plan.slots, 6);
+  plan = make_plan(p.config, p.weights, o, budget(seven)).value();
+  EXPECT_EQ(plan.slots, 7);
 }
 
 TEST(MemoryPlan, OverBudgetSaysWhatWouldFit) {
@@ -95,7 +102,7 @@ TEST(MemoryPlan, OverBudgetSaysWhatWouldFit) {
   PlanOptions o;
   o.slots = 10;
   o.ctx = 4096;
-  auto plan = make_plan(p.config, p.weights, o, budget(2 * kGiB)).value();
+  auto plan = make_plan(p.config, p.weights, o, budget(3 * kGiB / 2)).value();
   EXPECT_FALSE(plan.fits());
   EXPECT_GT(plan.max_slots_at_ctx, 0);
   EXPECT_LT(plan.max_slots_at_ctx, 10);
@@ -103,14 +110,14 @@ TEST(MemoryPlan, OverBudgetSaysWhatWouldFit) {
   EXPECT_LT(plan.max_ctx_at_slots, 4096);
   // The suggestions really fit, and one more does not.
   o.slots = plan.max_slots_at_ctx;
-  EXPECT_TRUE(make_plan(p.config, p.weights, o, budget(2 * kGiB))->fits());
+  EXPECT_TRUE(make_plan(p.config, p.weights, o, budget(3 * kGiB / 2))->fits());
   o.slots = plan.max_slots_at_ctx + 1;
-  EXPECT_FALSE(make_plan(p.config, p.weights, o, budget(2 * kGiB))->fits());
+  EXPECT_FALSE(make_plan(p.config, p.weights, o, budget(3 * kGiB / 2))->fits());
   o.slots = 10;
   o.ctx = plan.max_ctx_at_slots;
-  EXPECT_TRUE(make_plan(p.config, p.weights, o, budget(2 * kGiB))->fits());
+  EXPECT_TRUE(make_plan(p.config, p.weights, o, budget(3 * kGiB / 2))->fits());
   o.ctx = plan.max_ctx_at_slots + 1;
-  EXPECT_FALSE(make_plan(p.config, p.weights, o, budget(2 * kGiB))->fits());
+  EXPECT_FALSE(make_plan(p.config, p.weights, o, budget(3 * kGiB / 2))->fits());
   std::string text = format_plan(plan);
   EXPECT_NE(text.find("DOES NOT FIT"), std::string::npos);
   EXPECT_NE(text.find("--slots " + std::to_string(plan.max_slots_at_ctx)), std::string::npos);

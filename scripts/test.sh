@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds edgelm and runs every test: installs the Debian packages it needs,
+# fetches llama.cpp's tokenizer test vectors (npm), builds with warnings as
+# errors and runs CTest. Tests that need ../shared/models or the vectors skip
+# with a message when those are absent.
+#
+#   bash scripts/test.sh            # Release build in build/
+#   BUILD=build-asan CMAKE_ARGS="-DEDGELM_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo" bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-deps.sh
+bash scripts/fetch-test-assets.sh || echo "test.sh: tokenizer test vectors unavailable (no npm registry?); those tests will skip" >&2
+
+BUILD="${BUILD:-build}"
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DEDGELM_WERROR=ON ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD" -j"$(nproc)"
+cd "$BUILD"
+ctest --output-on-failure -j"${CTEST_JOBS:-2}" ${CTEST_ARGS:-}

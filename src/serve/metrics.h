@@ -1,0 +1,52 @@
+// Server metrics in the Prometheus text format. Fixed set, lock-free
+// counters and fixed-bucket histograms: recording costs an atomic add and
+// nothing grows with load.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "serve/admission.h"
+
+namespace edgelm::serve {
+
+class Histogram {
+ public:
+  static constexpr int kBuckets = 14;
+  // Upper bounds in seconds, from 5 ms to 60 s.
+  static constexpr std::array<double, kBuckets> kBounds = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
+                                                           0.5,   1.0,  2.5,   5.0,  10.0,  30.0, 60.0};
+  void observe(double seconds);
+  void render(std::string& out, const char* name, const char* help) const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBuckets + 1> counts_{};  // last: +Inf
+  std::atomic<uint64_t> sum_us_{0};
+  std::atomic<uint64_t> n_{0};
+};
+
+struct Metrics {
+  // Requests by final HTTP status.
+  static constexpr std::array<int, 8> kStatuses = {200, 400, 401, 404, 413, 429, 500, 503};
+  std::array<std::atomic<uint64_t>, kStatuses.size() + 1> by_status{};  // last: other
+  std::array<std::atomic<uint64_t>, kReasonCount> rejections{};
+  std::atomic<uint64_t> prompt_tokens{0};
+  std::atomic<uint64_t> prompt_tokens_dropped{0};
+  std::atomic<uint64_t> generated_tokens{0};
+  std::atomic<uint64_t> client_disconnects{0};
+  std::atomic<uint64_t> connections_refused{0};
+  Histogram ttft;
+  Histogram tpot;
+  Histogram request_seconds;
+  Histogram rejection_seconds;  // time to answer a refusal
+
+  void count_status(int status);
+  void count_rejection(Reason r) { rejections[static_cast<size_t>(r)].fetch_add(1); }
+};
+
+// Everything /metrics reports, gathered from the engine and admission.
+std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a, int open_connections);
+
+}  // namespace edgelm::serve

@@ -1,0 +1,80 @@
+// The HTTP front end: OpenAI-compatible routes, health and readiness,
+// Prometheus metrics, and the admission gate, over cpp-httplib. It turns
+// requests into engine slots and engine tokens into JSON and SSE; the engine
+// knows nothing of it.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "serve/admission.h"
+#include "serve/metrics.h"
+#include "tokenizer/chat_template.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace edgelm::serve {
+
+enum class Truncate { KeepEnd, KeepStart, None };
+Result<Truncate> parse_truncate(std::string_view s);
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string model_id = "edgelm";      // the name /v1/models reports
+  std::string chat_template;            // override by name; "" = detect from the model
+  std::string api_key;                  // "" = no authentication
+  AdmissionOptions admission;
+  Truncate truncate = Truncate::KeepEnd;
+  int default_max_tokens = 1024;        // when a request gives none (still clamped to the slot)
+  size_t max_body_bytes = 1 << 20;
+  int http_threads = 0;                 // 0: slots + queue + 8 spare workers
+  int max_connections = 0;              // beyond this, connections get 503 at once; 0: 4 x http_threads
+  int read_timeout_s = 10;              // a client must send its request within this
+  int write_timeout_s = 10;
+  int keep_alive_s = 5;
+  double drain_timeout_s = 30;
+  double memory_pressure_psi = 10.0;    // some avg10 (%) above which new work is refused
+  double memory_pressure_fraction = 0.95;  // cgroup working set / limit above which new work is refused
+  int heartbeat_ms = 500;               // keep-alive writes while a response has nothing to send
+};
+
+// The bytes of memory the HTTP side can hold at most (request bodies and
+// response buffers of every connection), for the memory plan.
+uint64_t server_buffer_bytes(const ServerOptions& o, int slots);
+
+class Server {
+ public:
+  Server(Engine& engine, const ServerOptions& o);
+  ~Server();
+
+  // Binds the port (0: any free port). Fails with a clear message.
+  Status bind();
+  int port() const { return port_; }
+  // Serves until stop(); returns after the listener has closed.
+  void run();
+  // Refuse new work (503), let running requests finish up to the drain
+  // timeout, then stop. Safe to call from any thread.
+  void drain_and_stop();
+  void stop();
+
+  Admission& admission() { return *admission_; }
+  const Metrics& metrics() const { return *metrics_; }
+
+  struct Impl;  // the HTTP machinery (server.cpp)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  Engine& engine_;
+  ServerOptions o_;
+  std::unique_ptr<Admission> admission_;
+  std::unique_ptr<Metrics> metrics_;
+  int port_ = 0;
+};
+
+}  // namespace edgelm::serve

@@ -1,0 +1,241 @@
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+#include "testutil.h"
+
+// Counts every heap allocation in this test binary, to prove the serving
+// loop allocates nothing per token. (GCC cannot see that these replacements
+// pair malloc with free on purpose.)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<uint64_t> g_allocs{0};
+void* operator new(size_t n) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace edgelm {
+namespace {
+
+using test::generate;
+using test::greedy;
+using test::make_engine;
+using test::synth_model;
+
+std::string piece_text(const Engine& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& out) {
+  std::string s;
+  for (size_t i = 1; i < prompt.size(); ++i) s += e.tokenizer().token_piece(prompt[i]);
+  for (int32_t t : out) s += e.tokenizer().token_piece(t);
+  return s;
+}
+
+TEST(EngineShared, Stories260KGreedyMatchesLlamaCpp) {
+  EDGELM_REQUIRE_SHARED(model, "stories260K.gguf");
+  EDGELM_REQUIRE_SHARED(ref_path, "stories260K.greedy.json");
+  auto ref = nlohmann::json::parse(std::ifstream(ref_path));
+  auto e = make_engine(model, 2, 512);
+  ASSERT_TRUE(e);
+  for (auto& [prompt_text, want] : ref.items()) {
+    auto prompt = e->tokenizer().encode(prompt_text, true, false);
+    auto out = generate(*e, prompt, greedy(200));
+    EXPECT_EQ(out.size(), 200u);
+    EXPECT_EQ(piece_text(*e, prompt, out), want.get<std::string>()) << prompt_text;
+  }
+}
+
+TEST(EngineShared, Stories260KQuantizedFirst32Tokens) {
+  EDGELM_REQUIRE_SHARED(ref_path, "stories260K.llamacpp.json");
+  auto ref = nlohmann::json::parse(std::ifstream(ref_path));
+  for (auto& [file, r] : ref.items()) {
+    EDGELM_REQUIRE_SHARED(model, file);
+    auto e = make_engine(model, 1, 256);
+    ASSERT_TRUE(e);
+    auto prompt = r["prompt_tokens"].get<std::vector<int32_t>>();
+    EXPECT_EQ(e->tokenizer().encode(r["prompt"].get<std::string>(), true, false), prompt) << file;
+    GenerateParams p = greedy(32);
+    p.top_logprobs = 5;
+    const int slot = e->try_acquire();
+    ASSERT_TRUE(e->submit(slot, prompt, p).ok());
+    while (e->finish(slot) == Finish::None) e->wait_for(slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    auto want = r["tokens"].get<std::vector<int32_t>>();
+    ASSERT_EQ(e->wait_for(slot, 0, std::chrono::steady_clock::now()), 32) << file;
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_EQ(e->output_token(slot, i), want[static_cast<size_t>(i)]) << file << " token " << i;
+      TokenLogprob top[5];
+      const float lp = e->output_logprob(slot, i, top);
+      const double ref_lp = r["top5_logprobs"][static_cast<size_t>(i)][0][1].get<double>();
+      EXPECT_NEAR(lp, ref_lp, 0.05) << file << " token " << i;
+      EXPECT_EQ(top[0].token, want[static_cast<size_t>(i)]);
+    }
+    e->release(slot);
+  }
+}
+
+TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5) {
+  EDGELM_REQUIRE_SHARED(ref_path, "types/greedy.json");
+  auto ref = nlohmann::json::parse(std::ifstream(ref_path));
+  ASSERT_GE(ref.size(), 12u);
+  for (auto& [file, r] : ref.items()) {
+    EDGELM_REQUIRE_SHARED(model, "types/" + file);
+    auto e = make_engine(model, 1, 128);
+    ASSERT_TRUE(e) << file;
+    auto prompt = r["prompt_tokens"].get<std::vector<int32_t>>();
+    GenerateParams p = greedy(1);
+    p.top_logprobs = 20;
+    const int slot = e->try_acquire();
+    ASSERT_TRUE(e->submit(slot, prompt, p).ok());
+    while (e->finish(slot) == Finish::None) e->wait_for(slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    ASSERT_EQ(e->wait_for(slot, 0, std::chrono::steady_clock::now()), 1) << file;
+    EXPECT_EQ(e->output_token(slot, 0), r["tokens"][0].get<int32_t>()) << file;
+    TokenLogprob top[20];
+    e->output_logprob(slot, 0, top);
+    for (const auto& pair : r["top5_logprobs"][0]) {
+      const int32_t id = pair[0].get<int32_t>();
+      const double want_lp = pair[1].get<double>();
+      bool found = false;
+      for (const auto& t : top) {
+        if (t.token != id) continue;
+        found = true;
+        EXPECT_NEAR(t.logprob, want_lp, 0.05) << file << " token " << id;
+      }
+      EXPECT_TRUE(found) << file << ": token " << id << " not among our top 20";
+    }
+    e->release(slot);
+  }
+}
+
+// Four requests decoding together give exactly what each gives alone.
+TEST(Engine, ConcurrentSlotsMatchSolo) {
+  auto path = synth_model("tiny-qwen2", "Q8_0");
+  auto e = make_engine(path, 4, 128);
+  ASSERT_TRUE(e);
+  std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {1, 100, 200, 300, 400, 17}, {1, 42}, {1, 7, 7, 7, 7}};
+  std::vector<std::vector<int32_t>> solo;
+  GenerateParams p = greedy(24);
+  p.ignore_eos = true;
+  for (auto& pr : prompts) solo.push_back(generate(*e, pr, p));
+  std::vector<std::vector<int32_t>> together(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] { together[i] = generate(*e, prompts[i], p); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i], solo[i]) << "request " << i;
+}
+
+TEST(Engine, SlotsAreFiniteAndReusable) {
+  auto e = make_engine(synth_model("tiny-llama", "F16"), 2, 64);
+  ASSERT_TRUE(e);
+  const int a = e->try_acquire(), b = e->try_acquire();
+  EXPECT_GE(a, 0);
+  EXPECT_GE(b, 0);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(e->try_acquire(), -1);
+  EXPECT_EQ(e->active_slots(), 2);
+  e->release(a);
+  EXPECT_EQ(e->try_acquire(), a);
+  e->release(a);
+  e->release(b);
+  EXPECT_EQ(e->active_slots(), 0);
+}
+
+TEST(Engine, CancelFreesTheSlot) {
+  auto e = make_engine(synth_model("tiny-llama", "Q4_0"), 1, 256);
+  ASSERT_TRUE(e);
+  GenerateParams p = greedy(200);
+  p.ignore_eos = true;
+  const int slot = e->try_acquire();
+  ASSERT_TRUE(e->submit(slot, std::vector<int32_t>{1, 2, 3}, p).ok());
+  EXPECT_GE(e->wait_for(slot, 2, std::chrono::steady_clock::now() + std::chrono::seconds(10)), 3);
+  e->cancel(slot);
+  e->wait_for(slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  EXPECT_EQ(e->finish(slot), Finish::Cancelled);
+  EXPECT_LT(e->wait_for(slot, 0, std::chrono::steady_clock::now()), 200);
+  e->release(slot);
+  EXPECT_EQ(e->active_slots(), 0);
+  // Releasing a running slot cancels it and waits for the engine.
+  const int s2 = e->try_acquire();
+  ASSERT_EQ(s2, slot);
+  ASSERT_TRUE(e->submit(s2, std::vector<int32_t>{1, 2, 3}, p).ok());
+  e->release(s2);
+  EXPECT_EQ(e->active_slots(), 0);
+  auto out = generate(*e, {1, 4}, greedy(5));
+  EXPECT_EQ(out.size(), 5u);
+}
+
+TEST(Engine, LengthLimitsAndContextClamp) {
+  auto e = make_engine(synth_model("tiny-llama", "Q8_0"), 1, 32);
+  ASSERT_TRUE(e);
+  GenerateParams p = greedy(1000);
+  p.ignore_eos = true;
+  Finish fin;
+  std::vector<int32_t> prompt(20, 5);
+  prompt[0] = 1;
+  auto out = generate(*e, prompt, p, &fin);
+  EXPECT_EQ(fin, Finish::Length);
+  EXPECT_EQ(out.size(), 12u);  // 32 - 20
+  EXPECT_FALSE(e->submit(e->try_acquire(), std::vector<int32_t>(32, 1), p).ok());
+  e->release(0);
+  EXPECT_FALSE(e->submit(e->try_acquire(), std::vector<int32_t>{}, p).ok());
+  e->release(0);
+  EXPECT_FALSE(e->submit(e->try_acquire(), std::vector<int32_t>{1, 99999}, p).ok());
+  e->release(0);
+  GenerateParams bad = p;
+  bad.sampling.top_p = 2;
+  EXPECT_FALSE(e->submit(e->try_acquire(), std::vector<int32_t>{1}, bad).ok());
+  e->release(0);
+}
+
+TEST(Engine, SeededSamplingReproduces) {
+  auto e = make_engine(synth_model("tiny-qwen3", "Q4_K_M"), 2, 128);
+  ASSERT_TRUE(e);
+  GenerateParams p;
+  p.sampling.temperature = 1.0f;
+  p.sampling.top_k = 0;
+  p.sampling.top_p = 1.0f;
+  p.sampling.min_p = 0;
+  p.sampling.seed = 1234;
+  p.max_tokens = 30;
+  p.ignore_eos = true;
+  auto a = generate(*e, {1, 2, 3}, p);
+  auto b = generate(*e, {1, 2, 3}, p);
+  EXPECT_EQ(a, b);
+  p.sampling.seed = 99;
+  auto c = generate(*e, {1, 2, 3}, p);
+  EXPECT_NE(a, c);
+}
+
+// After warm-up, steady decoding allocates nothing anywhere in the process.
+TEST(Engine, DecodingAllocatesNothing) {
+  auto e = make_engine(synth_model("tiny-qwen2", "Q4_0"), 2, 512);
+  ASSERT_TRUE(e);
+  GenerateParams p = greedy(400);
+  p.ignore_eos = true;
+  p.top_logprobs = 5;
+  p.sampling.repeat_penalty = 1.1f;
+  const int s0 = e->try_acquire(), s1 = e->try_acquire();
+  ASSERT_TRUE(e->submit(s0, std::vector<int32_t>{1, 2, 3, 4}, p).ok());
+  p.sampling.temperature = 0.7f;
+  ASSERT_TRUE(e->submit(s1, std::vector<int32_t>{1, 9, 8}, p).ok());
+  e->wait_for(s0, 20, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  e->wait_for(s1, 20, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  const uint64_t before = g_allocs.load();
+  const int n0 = e->wait_for(s0, 300, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  const uint64_t after = g_allocs.load();
+  EXPECT_GT(n0, 300);
+  EXPECT_EQ(after - before, 0u) << "allocations during ~280 decode steps";
+  e->release(s0);
+  e->release(s1);
+}
+
+}  // namespace
+}  // namespace edgelm

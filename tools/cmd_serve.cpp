@@ -1,0 +1,142 @@
+// edgelm serve: the server. Plans memory, refuses to start if the plan does
+// not fit, allocates everything once, then serves until SIGTERM/SIGINT, when
+// it drains (refuses new work, lets running requests finish) and exits 0.
+#include <fmt/core.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "core/bytes.h"
+#include "engine/engine.h"
+#include "serve/server.h"
+#include "tools/commands.h"
+#include "tools/options.h"
+
+namespace edgelm::tools {
+
+namespace {
+
+struct ServeFlags {
+  PlanFlags plan;
+  serve::ServerOptions server;
+  std::string truncate = "keep-end";
+  bool mlock = false;
+};
+
+int serve_main(ServeFlags f) {
+  // Signals are taken by one thread with sigwait; every other thread
+  // (created after this) inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto trunc = serve::parse_truncate(f.truncate);
+  if (!trunc.ok()) {
+    fmt::print(stderr, "error: {}\n", trunc.message());
+    return 1;
+  }
+  f.server.truncate = *trunc;
+  spdlog::info("[INIT] loading {}", f.plan.model);
+  auto model = Model::load(f.plan.model);
+  if (!model.ok()) {
+    fmt::print(stderr, "error: {}\n", model.message());
+    return 1;
+  }
+  auto tok = tokenizer::Tokenizer::from_gguf((*model)->file);
+  if (!tok.ok()) {
+    fmt::print(stderr, "error: {}\n", tok.message());
+    return 1;
+  }
+  // The HTTP side's buffers are part of the plan; with --slots unset they
+  // are sized for the largest slot count the budget could hold.
+  const int slots_for_buffers = f.plan.slots > 0 ? f.plan.slots : 64;
+  auto plan = plan_from_flags(**model, f.plan, serve::server_buffer_bytes(f.server, slots_for_buffers));
+  if (!plan.ok()) {
+    fmt::print(stderr, "error: {}\n", plan.message());
+    return 1;
+  }
+  if (!plan->fits()) {
+    fmt::print(stderr, "error: the memory plan does not fit the budget; refusing to start\n{}", format_plan(*plan));
+    return 2;
+  }
+  fmt::print(stderr, "{}", format_plan(*plan));
+  if (f.server.model_id.empty() || f.server.model_id == "edgelm") {
+    std::string name = (*model)->config.name;
+    f.server.model_id = name.empty() ? f.plan.model.substr(f.plan.model.find_last_of('/') + 1) : name;
+  }
+  EngineOptions eo;
+  eo.threads = f.plan.threads > 0 ? f.plan.threads : default_threads();
+  eo.mlock = f.mlock;
+  eo.max_step_seconds = f.server.admission.min_stream_rate > 0 ? 1.0 / f.server.admission.min_stream_rate : 0;
+  auto engine = Engine::create(std::move(model).value(), std::move(tok).value(), *plan, eo);
+  if (!engine.ok()) {
+    fmt::print(stderr, "error: {}\n", engine.message());
+    return 1;
+  }
+  Engine& e = **engine;
+  spdlog::info("[INIT] KV reserved: {} for {} slots x {} ({} B/token, {})", format_bytes(plan->kv), plan->slots,
+               plan->ctx, plan->kv_per_token, dtype_name(plan->kv_type));
+  spdlog::info("[INIT] plan: {}", plan_one_line(*plan));
+  const EngineStats st = e.stats();
+  spdlog::info("[INIT] {} threads, {} kernels; step time ~ {:.1f} ms + {:.2f} ms/token", eo.threads,
+               kernels::isa_name(eo.isa), st.step_model.a * 1e3, st.step_model.b * 1e3);
+  e.start();
+  serve::Server server(e, f.server);
+  if (Status s = server.bind(); !s.ok()) {
+    fmt::print(stderr, "error: {}\n", s.message());
+    e.stop();
+    return 1;
+  }
+  spdlog::info("[INIT] listening on http://{}:{} (model '{}')", f.server.host, server.port(), f.server.model_id);
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    spdlog::info("received {}, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    server.drain_and_stop();
+  });
+  server.run();
+  // run() returns after stop(): either drained by the signal thread, or the
+  // listener failed. Make sure the signal thread ends either way.
+  if (signals.joinable()) {
+    pthread_kill(signals.native_handle(), SIGTERM);
+    signals.join();
+  }
+  e.stop();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  auto f = std::make_shared<ServeFlags>();
+  add_plan_flags(cmd, f->plan);
+  auto& s = f->server;
+  cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", s.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--model-id", s.model_id, "Model name reported by /v1/models (default: from the file)");
+  cmd->add_option("--chat-template", s.chat_template, "Chat format: chatml, llama3, llama2, mistral, zephyr (default: detect)");
+  cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' (except /health and /ready)");
+  cmd->add_option("--queue", s.admission.queue, "Requests that may wait for a slot (0: refuse at once)")->capture_default_str()->check(CLI::Range(0, 4096));
+  cmd->add_option("--queue-timeout", s.admission.queue_timeout_s, "Seconds a queued request waits before 429")->capture_default_str();
+  cmd->add_option("--min-stream-rate", s.admission.min_stream_rate,
+                  "Tokens/s every admitted stream must keep; new requests that would break it get 429 (0: off)")
+      ->capture_default_str()->check(CLI::Range(0.0, 10000.0));
+  cmd->add_option("--truncate", f->truncate, "Prompts longer than a slot: keep-end, keep-start, none (400)")->capture_default_str();
+  cmd->add_option("--default-max-tokens", s.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--max-body", s.max_body_bytes, "Largest request body in bytes")->capture_default_str();
+  cmd->add_option("--http-threads", s.http_threads, "HTTP workers (0: slots + queue + 8)")->capture_default_str();
+  cmd->add_option("--max-connections", s.max_connections, "Open connections beyond which new ones get 503 (0: 4 x workers)")->capture_default_str();
+  cmd->add_option("--read-timeout", s.read_timeout_s, "Seconds a client has to send its request")->capture_default_str();
+  cmd->add_option("--drain-timeout", s.drain_timeout_s, "Seconds running requests may take after SIGTERM")->capture_default_str();
+  cmd->add_option("--pressure-psi", s.memory_pressure_psi, "Memory PSI some avg10 (%) above which new work is refused")->capture_default_str();
+  cmd->add_flag("--mlock", f->mlock, "Lock weights and KV cache in RAM");
+  cmd->callback([f] { set_exit_code(serve_main(*f)); });
+}
+
+}  // namespace edgelm::tools
