@@ -81,6 +81,21 @@ TEST(EngineShared, Stories260KQuantizedFirst32Tokens) {
   }
 }
 
+// types/greedy.json lists llama.cpp's top-5 log-probabilities per emitted
+// piece of text: a token that ends inside a UTF-8 character (a byte token)
+// has no entry of its own. The first entry belongs to the first generated
+// token whose greedy choice is its top-1 id; we generate up to there, check
+// the token ids on the way, and compare that step's top 5.
+//
+// Tolerance: 0.05 for the float files (measured: within 0.035). The files'
+// weights are random, and with quantized weights the activations are rounded
+// to 8 bits before every product; a value that lands on the other side of a
+// rounding boundary moves later logprobs by up to ~0.2 on this model. Our own
+// double-precision emulation of the same arithmetic (tests/model/
+// reference_model.h) differs from llama.cpp's figures by as much as the engine
+// does (up to 0.23), so agreement within 0.05 on quantized files would need
+// ggml's exact summation order, not correct arithmetic. For those we require
+// the same tokens, the top-1 logprob within 0.15 and the rest within 0.25.
 TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5) {
   EDGELM_REQUIRE_SHARED(ref_path, "types/greedy.json");
   auto ref = nlohmann::json::parse(std::ifstream(ref_path));
@@ -89,24 +104,33 @@ TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5) {
     EDGELM_REQUIRE_SHARED(model, "types/" + file);
     auto e = make_engine(model, 1, 128);
     ASSERT_TRUE(e) << file;
-    auto prompt = r["prompt_tokens"].get<std::vector<int32_t>>();
-    GenerateParams p = greedy(1);
+    const auto prompt = r["prompt_tokens"].get<std::vector<int32_t>>();
+    const auto want = r["tokens"].get<std::vector<int32_t>>();
+    const int32_t entry_top1 = r["top5_logprobs"][0][0][0].get<int32_t>();
+    int step = 0;
+    while (step < static_cast<int>(want.size()) && want[static_cast<size_t>(step)] != entry_top1) ++step;
+    ASSERT_LT(step, 4) << file << ": the first logprob entry matches none of the first tokens";
+    GenerateParams p = greedy(step + 1);
     p.top_logprobs = 20;
     const int slot = e->try_acquire();
     ASSERT_TRUE(e->submit(slot, prompt, p).ok());
     while (e->finish(slot) == Finish::None) e->wait_for(slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-    ASSERT_EQ(e->wait_for(slot, 0, std::chrono::steady_clock::now()), 1) << file;
-    EXPECT_EQ(e->output_token(slot, 0), r["tokens"][0].get<int32_t>()) << file;
+    ASSERT_EQ(e->wait_for(slot, 0, std::chrono::steady_clock::now()), step + 1) << file;
+    for (int i = 0; i <= step; ++i) EXPECT_EQ(e->output_token(slot, i), want[static_cast<size_t>(i)]) << file << " token " << i;
     TokenLogprob top[20];
-    e->output_logprob(slot, 0, top);
+    e->output_logprob(slot, step, top);
+    const bool float_weights = file.find("F16") != std::string::npos || file.find("BF16") != std::string::npos;
+    bool first = true;
     for (const auto& pair : r["top5_logprobs"][0]) {
       const int32_t id = pair[0].get<int32_t>();
       const double want_lp = pair[1].get<double>();
+      const double tol = float_weights ? 0.05 : first ? 0.15 : 0.25;
+      first = false;
       bool found = false;
       for (const auto& t : top) {
         if (t.token != id) continue;
         found = true;
-        EXPECT_NEAR(t.logprob, want_lp, 0.05) << file << " token " << id;
+        EXPECT_NEAR(t.logprob, want_lp, tol) << file << " token " << id;
       }
       EXPECT_TRUE(found) << file << ": token " << id << " not among our top 20";
     }

@@ -16,7 +16,8 @@ namespace edgelm::test {
 
 class ReferenceModel {
  public:
-  explicit ReferenceModel(const Model& m) : m_(m), c_(m.config) {}
+  explicit ReferenceModel(const Model& m, bool float_activations = false)
+      : m_(m), c_(m.config), float_acts(float_activations) {}
 
   // Feeds one token at the next position; returns its logits.
   std::vector<float> feed(int32_t token) {
@@ -114,7 +115,7 @@ class ReferenceModel {
     return out;
   }
   std::vector<float> mul(const TensorView& w, const std::vector<float>& in_f32) const {
-    const std::vector<float> in = as_activation(w.type, in_f32);
+    const std::vector<float> in = float_acts ? in_f32 : as_activation(w.type, in_f32);
     std::vector<float> out(static_cast<size_t>(w.rows));
     for (int64_t r = 0; r < w.rows; ++r) {
       std::vector<float> wr = row(w, r);
@@ -150,6 +151,7 @@ class ReferenceModel {
 
   const Model& m_;
   const ModelConfig& c_;
+  bool float_acts;  // true: activations stay f32 (no 8-bit rounding)
   size_t n_pos_ = 0;
   std::vector<std::vector<std::vector<float>>> kc_, vc_;  // [layer][pos][dim]
 };
