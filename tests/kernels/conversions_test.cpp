@@ -92,15 +92,21 @@ TEST(Fp16, MidpointsRoundToEven) {
   }
 }
 
-#if defined(__FLT16_MAX__)
-// The compiler's _Float16 conversion (libgcc, correctly rounded) as an oracle.
+#if (defined(__x86_64__) && defined(__FLT16_MAX__)) || defined(__aarch64__)
+// The compiler's own half type (libgcc on x86, the FCVT instruction on ARM;
+// both correctly rounded) as an oracle.
+#if defined(__aarch64__)
+using CompilerHalf = __fp16;
+#else
+using CompilerHalf = _Float16;
+#endif
 TEST(Fp16, MatchesCompilerConversionOnRandomFloats) {
   std::mt19937 rng(1);
   std::uniform_int_distribution<uint32_t> any;
   for (int i = 0; i < 2000000; ++i) {
     const float f = from_bits(any(rng));
     if (std::isnan(f)) continue;
-    const _Float16 h = static_cast<_Float16>(f);
+    const auto h = static_cast<CompilerHalf>(f);
     uint16_t hb;
     std::memcpy(&hb, &h, 2);
     ASSERT_EQ(fp32_to_fp16(f), hb) << f;

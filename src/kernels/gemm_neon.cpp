@@ -1,0 +1,203 @@
+// NEON (armv8.2-a, dotprod, fp16) gemm for float weights and the 32-element
+// formats, and the backend table of this ISA. K formats: kquants_neon.cpp;
+// activation quantizers and KV helpers: act_neon.cpp.
+//
+// sdot multiplies signed bytes, so every 32-element format is decoded into
+// its signed values directly (Q4_0: q - 8, Q5_0: q - 16, Q4_1/Q5_1: q, which
+// fits int8): a block is two int8x16 registers, two sdot give its dot product
+// in 4 int32 lanes, converted and scaled by d_w * d_x. The affine formats'
+// m * s term is one scalar per block, summed separately.
+
+#include <arm_neon.h>
+
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "kernels/blocks.h"
+#include "kernels/simd_neon.h"
+#include "kernels/tile_driver.h"
+
+namespace edgelm::kernels {
+namespace {
+
+using namespace neon;
+
+// ---- float weights: y = sum(w * x) ---------------------------------------------
+
+struct LoadF32 {
+  using W = float;
+  static float32x4_t load(const float* p) { return vld1q_f32(p); }
+  static float at(const float* p, int64_t i) { return p[i]; }
+};
+struct LoadF16 {
+  using W = uint16_t;
+  static float32x4_t load(const uint16_t* p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+  }
+  static float at(const uint16_t* p, int64_t i) { return half_to_float(p[i]); }
+};
+struct LoadBF16 {
+  using W = uint16_t;
+  static float32x4_t load(const uint16_t* p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+  }
+  static float at(const uint16_t* p, int64_t i) {
+    const uint32_t u = static_cast<uint32_t>(p[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+// R rows x T tokens, 4 elements per step; a row tail of n % 4 is scalar.
+template <class L>
+struct FloatKernel {
+  static constexpr int kRows = 4, kToks = 4;
+
+  template <int R, int T>
+  static void tile(const GemmArgs& a, int64_t r, int64_t t) {
+    const RowPtrs<typename L::W, R> w(a, r);
+    const TokPtrs<float, T> x(a, t);
+    float32x4_t acc[R][T];
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
+    int64_t k = 0;
+    for (; k + 4 <= a.n; k += 4) {
+      float32x4_t xv[T];
+      for (int j = 0; j < T; ++j) xv[j] = vld1q_f32(x.p[j] + k);
+      for (int i = 0; i < R; ++i) {
+        const float32x4_t wv = L::load(w.p[i] + k);
+        for (int j = 0; j < T; ++j) acc[i][j] = vfmaq_f32(acc[i][j], wv, xv[j]);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      for (int j = 0; j < T; ++j) {
+        float s = vaddvq_f32(acc[i][j]);
+        for (int64_t e = k; e < a.n; ++e) s += L::at(w.p[i], e) * x.p[j][e];
+        a.y[(t + j) * a.ldy + r + i] = s;
+      }
+    }
+  }
+};
+
+// ---- 32-element formats ---------------------------------------------------------------
+
+// A block's 32 signed values: elements 0-15 and 16-31.
+struct Vals {
+  int8x16_t lo, hi;
+};
+
+inline Vals nibbles(const uint8_t* qs) {
+  const uint8x16_t q = load_u8(qs);
+  return {as_s8(vandq_u8(q, vdupq_n_u8(0x0f))), as_s8(vshrq_n_u8(q, 4))};
+}
+
+// Nibbles plus the fifth bits of the 32-bit qh field (bit j -> element j).
+inline Vals five_bits(const uint8_t* qs, const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  const Vals v = nibbles(qs);
+  const uint8x16_t b16 = vdupq_n_u8(0x10);
+  return {vorrq_s8(v.lo, as_s8(vandq_u8(bits_to_bytes(h & 0xffff), b16))),
+          vorrq_s8(v.hi, as_s8(vandq_u8(bits_to_bytes(h >> 16), b16)))};
+}
+
+inline Vals minus(Vals v, int8_t off) {
+  return {vsubq_s8(v.lo, vdupq_n_s8(off)), vsubq_s8(v.hi, vdupq_n_s8(off))};
+}
+
+struct Q4_0Fmt {
+  using WB = BlockQ4_0;
+  using XB = BlockQ8_0;
+  static constexpr bool kAffine = false;
+  static Vals values(const WB& b) { return minus(nibbles(b.qs), 8); }
+};
+struct Q5_0Fmt {
+  using WB = BlockQ5_0;
+  using XB = BlockQ8_0;
+  static constexpr bool kAffine = false;
+  static Vals values(const WB& b) { return minus(five_bits(b.qs, b.qh), 16); }
+};
+struct Q8_0Fmt {
+  using WB = BlockQ8_0;
+  using XB = BlockQ8_0;
+  static constexpr bool kAffine = false;
+  static Vals values(const WB& b) { return {load_s8(b.qs), load_s8(b.qs + 16)}; }
+};
+struct Q4_1Fmt {
+  using WB = BlockQ4_1;
+  using XB = BlockQ8_1;
+  static constexpr bool kAffine = true;
+  static Vals values(const WB& b) { return nibbles(b.qs); }
+};
+struct Q5_1Fmt {
+  using WB = BlockQ5_1;
+  using XB = BlockQ8_1;
+  static constexpr bool kAffine = true;
+  static Vals values(const WB& b) { return five_bits(b.qs, b.qh); }
+};
+
+template <class F>
+struct LegacyKernel {
+  using WB = typename F::WB;
+  using XB = typename F::XB;
+  static constexpr int kRows = 4, kToks = 4;
+
+  template <int R, int T>
+  static void tile(const GemmArgs& a, int64_t r, int64_t t) {
+    const RowPtrs<WB, R> w(a, r);
+    const TokPtrs<XB, T> x(a, t);
+    float32x4_t acc[R][T];
+    float mins[R][T] = {};
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
+    const int64_t nb = a.n / kQK;
+    for (int64_t b = 0; b < nb; ++b) {
+      Vals xv[T];
+      float xd[T];
+      for (int j = 0; j < T; ++j) {
+        xv[j] = {load_s8(x.p[j][b].qs), load_s8(x.p[j][b].qs + 16)};
+        xd[j] = half_to_float(x.p[j][b].d);
+      }
+      for (int i = 0; i < R; ++i) {
+        const WB& wb = w.p[i][b];
+        __builtin_prefetch(reinterpret_cast<const char*>(&wb) + 1024);
+        const Vals v = F::values(wb);
+        const float wd = half_to_float(wb.d);
+        for (int j = 0; j < T; ++j) {
+          const int32x4_t dot =
+              vdotq_s32(vdotq_s32(vdupq_n_s32(0), v.lo, xv[j].lo), v.hi, xv[j].hi);
+          acc[i][j] = vfmaq_n_f32(acc[i][j], vcvtq_f32_s32(dot), wd * xd[j]);
+          if constexpr (F::kAffine) mins[i][j] += half_to_float(wb.m) * half_to_float(x.p[j][b].s);
+        }
+      }
+    }
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < T; ++j) a.y[(t + j) * a.ldy + r + i] = vaddvq_f32(acc[i][j]) + mins[i][j];
+  }
+};
+
+Backend make_backend() {
+  Backend be;
+  auto set = [&](DType t, GemmFn f) { be.gemm[static_cast<int>(t)] = f; };
+  set(DType::F32, run_tiles<FloatKernel<LoadF32>>);
+  set(DType::F16, run_tiles<FloatKernel<LoadF16>>);
+  set(DType::BF16, run_tiles<FloatKernel<LoadBF16>>);
+  set(DType::Q4_0, run_tiles<LegacyKernel<Q4_0Fmt>>);
+  set(DType::Q4_1, run_tiles<LegacyKernel<Q4_1Fmt>>);
+  set(DType::Q5_0, run_tiles<LegacyKernel<Q5_0Fmt>>);
+  set(DType::Q5_1, run_tiles<LegacyKernel<Q5_1Fmt>>);
+  set(DType::Q8_0, run_tiles<LegacyKernel<Q8_0Fmt>>);
+  register_kquants_neon(be);
+  register_act_neon(be);
+  return be;
+}
+
+}  // namespace
+
+const Backend& neon_backend() {
+  static const Backend be = make_backend();
+  return be;
+}
+
+}  // namespace edgelm::kernels

@@ -1,0 +1,221 @@
+// NEON (dotprod) gemm for the K formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
+// against Q8_K activations.
+//
+// A super-block is walked in groups of 16 elements (one int8x16). Each group
+// of a row is decoded once into signed values (Q3_K: q - 4, Q6_K: q - 32, the
+// others their unsigned quants, which fit int8) and sdot'ed with the group of
+// every token of the tile; the int32 lanes are multiplied by the sub-block
+// scale (a 32-element sub-block of Q4_K/Q5_K spans two groups) and summed
+// over the super-block, then converted once and scaled by d_w * d_x. The
+// mins of Q2_K/Q4_K/Q5_K are applied through the activation's bsums in a
+// scalar per (row, token).
+
+#include <arm_neon.h>
+
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "kernels/blocks.h"
+#include "kernels/kquant_scales.h"
+#include "kernels/simd_neon.h"
+#include "kernels/tile_driver.h"
+
+namespace edgelm::kernels {
+namespace {
+
+using namespace neon;
+
+// Per-row state of one super-block: scales per scale unit (16 groups of 16 or
+// 8 sub-blocks of 32), and mins (for formats that have them).
+struct KRow {
+  int32_t sc[16];
+  int16x8_t mins[2];  // Q2_K: 16 mins; Q4_K/Q5_K: 8 mins in mins[0]
+  float d, dmin;
+};
+
+inline uint8x16_t shr(uint8x16_t v, int n) {
+  return vshlq_u8(v, vdupq_n_s8(static_cast<int8_t>(-n)));
+}
+inline uint8x16_t bit_set(uint8x16_t m, int bit) {
+  return vtstq_u8(m, vdupq_n_u8(static_cast<uint8_t>(1u << bit)));
+}
+
+struct Q2KFmt {
+  using WB = BlockQ2_K;
+  static constexpr int kGroupsPerScale = 1;
+  static constexpr bool kMins = true;
+  static void prepare(const WB& b, KRow* s) {
+    for (int j = 0; j < 16; ++j) s->sc[j] = b.scales[j] & 0xf;
+    const uint8x16_t raw = load_u8(b.scales);
+    const uint8x16_t m = vshrq_n_u8(raw, 4);
+    s->mins[0] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m)));
+    s->mins[1] = vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(m)));
+    s->d = half_to_float(b.d);
+    s->dmin = half_to_float(b.dmin);
+  }
+  // Group g = elements 16g..16g+15 = 128h + 32k + l0 + (0..15): bits 2k of
+  // qs[32h + l0 ..].
+  static int8x16_t group(const WB& b, int g) {
+    const int h = g >> 3, k = (g >> 1) & 3, l0 = 16 * (g & 1);
+    return as_s8(vandq_u8(shr(load_u8(b.qs + 32 * h + l0), 2 * k), vdupq_n_u8(3)));
+  }
+};
+
+struct Q3KFmt {
+  using WB = BlockQ3_K;
+  static constexpr int kGroupsPerScale = 1;
+  static constexpr bool kMins = false;
+  static void prepare(const WB& b, KRow* s) {
+    int8_t sc[16];
+    unpack_q3k_scales(b.scales, sc);
+    for (int j = 0; j < 16; ++j) s->sc[j] = sc[j];
+    s->d = half_to_float(b.d);
+    s->dmin = 0.0f;
+  }
+  // Low bits as Q2_K; the value is low - 4 unless bit 4h + k of hmask is set.
+  static int8x16_t group(const WB& b, int g) {
+    const int h = g >> 3, k = (g >> 1) & 3, l0 = 16 * (g & 1);
+    const uint8x16_t low = vandq_u8(shr(load_u8(b.qs + 32 * h + l0), 2 * k), vdupq_n_u8(3));
+    const uint8x16_t minus4 = vbicq_u8(vdupq_n_u8(4), bit_set(load_u8(b.hmask + l0), 4 * h + k));
+    return vsubq_s8(as_s8(low), as_s8(minus4));
+  }
+};
+
+inline void q4k_prepare(const uint8_t* scales, uint16_t d, uint16_t dmin, KRow* s) {
+  uint8_t sc[8], mn[8];
+  unpack_q4k_scales(scales, sc, mn);
+  for (int j = 0; j < 8; ++j) s->sc[j] = sc[j];
+  s->mins[0] = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
+  s->d = half_to_float(d);
+  s->dmin = half_to_float(dmin);
+}
+
+struct Q4KFmt {
+  using WB = BlockQ4_K;
+  static constexpr int kGroupsPerScale = 2;
+  static constexpr bool kMins = true;
+  static void prepare(const WB& b, KRow* s) { q4k_prepare(b.scales, b.d, b.dmin, s); }
+  // Sub-block j = g / 2: nibble j % 2 of qs[32 (j / 2) + l0 ..].
+  static int8x16_t group(const WB& b, int g) {
+    const int j = g >> 1, l0 = 16 * (g & 1);
+    return as_s8(vandq_u8(shr(load_u8(b.qs + 32 * (j >> 1) + l0), 4 * (j & 1)), vdupq_n_u8(0x0f)));
+  }
+};
+
+struct Q5KFmt {
+  using WB = BlockQ5_K;
+  static constexpr int kGroupsPerScale = 2;
+  static constexpr bool kMins = true;
+  static void prepare(const WB& b, KRow* s) { q4k_prepare(b.scales, b.d, b.dmin, s); }
+  static int8x16_t group(const WB& b, int g) {
+    const int j = g >> 1, l0 = 16 * (g & 1);
+    const uint8x16_t lo =
+        vandq_u8(shr(load_u8(b.qs + 32 * (j >> 1) + l0), 4 * (j & 1)), vdupq_n_u8(0x0f));
+    const uint8x16_t hi = vandq_u8(bit_set(load_u8(b.qh + l0), j), vdupq_n_u8(16));
+    return as_s8(vorrq_u8(lo, hi));
+  }
+};
+
+struct Q6KFmt {
+  using WB = BlockQ6_K;
+  static constexpr int kGroupsPerScale = 1;
+  static constexpr bool kMins = false;
+  static void prepare(const WB& b, KRow* s) {
+    for (int j = 0; j < 16; ++j) s->sc[j] = b.scales[j];
+    s->d = half_to_float(b.d);
+    s->dmin = 0.0f;
+  }
+  // Group g = 128h + 32k + l0 + (0..15): nibble k / 2 of
+  // ql[64h + 32 (k % 2) + l0 ..] and bits 2k of qh[32h + l0 ..], minus 32.
+  static int8x16_t group(const WB& b, int g) {
+    const int h = g >> 3, k = (g >> 1) & 3, l0 = 16 * (g & 1);
+    const uint8x16_t ql = load_u8(b.ql + 64 * h + 32 * (k & 1) + l0);
+    const uint8x16_t qh = load_u8(b.qh + 32 * h + l0);
+    const uint8x16_t lo = vandq_u8(shr(ql, 4 * (k >> 1)), vdupq_n_u8(0x0f));
+    const uint8x16_t hi = vshlq_n_u8(vandq_u8(shr(qh, 2 * k), vdupq_n_u8(3)), 4);
+    return vsubq_s8(as_s8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
+  }
+};
+
+// sum_j mins_j * bsum_j over the 16 bsums (Q2_K) or 8 pair sums (Q4_K/Q5_K).
+template <class F>
+inline int32_t min_dot(const KRow& s, const BlockQ8_K& x) {
+  const int16x8_t b0 = vld1q_s16(x.bsums), b1 = vld1q_s16(x.bsums + 8);
+  if constexpr (F::kGroupsPerScale == 2) {
+    const int16x8_t pairs = vpaddq_s16(b0, b1);
+    return vaddvq_s32(vmlal_s16(vmull_s16(vget_low_s16(s.mins[0]), vget_low_s16(pairs)),
+                                vget_high_s16(s.mins[0]), vget_high_s16(pairs)));
+  } else {
+    int32x4_t acc = vmull_s16(vget_low_s16(s.mins[0]), vget_low_s16(b0));
+    acc = vmlal_s16(acc, vget_high_s16(s.mins[0]), vget_high_s16(b0));
+    acc = vmlal_s16(acc, vget_low_s16(s.mins[1]), vget_low_s16(b1));
+    acc = vmlal_s16(acc, vget_high_s16(s.mins[1]), vget_high_s16(b1));
+    return vaddvq_s32(acc);
+  }
+}
+
+template <class F>
+struct KKernel {
+  using WB = typename F::WB;
+  static constexpr int kRows = 4, kToks = 2;
+  static constexpr int kG = F::kGroupsPerScale;
+
+  template <int R, int T>
+  static void tile(const GemmArgs& a, int64_t r, int64_t t) {
+    const RowPtrs<WB, R> w(a, r);
+    const TokPtrs<BlockQ8_K, T> x(a, t);
+    float32x4_t acc[R][T];
+    float mins[R][T] = {};
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
+
+    const int64_t nb = a.n / kQK_K;
+    for (int64_t sb = 0; sb < nb; ++sb) {
+      KRow s[R];
+      for (int i = 0; i < R; ++i) {
+        __builtin_prefetch(reinterpret_cast<const char*>(&w.p[i][sb]) + 1024);
+        F::prepare(w.p[i][sb], &s[i]);
+      }
+      int32x4_t isum[R][T];
+      for (int i = 0; i < R; ++i)
+        for (int j = 0; j < T; ++j) isum[i][j] = vdupq_n_s32(0);
+#pragma GCC unroll 16
+      for (int u = 0; u < 16 / kG; ++u) {  // scale units
+        int8x16_t xv[T][kG];
+        for (int j = 0; j < T; ++j)
+          for (int g = 0; g < kG; ++g) xv[j][g] = load_s8(x.p[j][sb].qs + 16 * (kG * u + g));
+        for (int i = 0; i < R; ++i) {
+          int8x16_t wv[kG];
+          for (int g = 0; g < kG; ++g) wv[g] = F::group(w.p[i][sb], kG * u + g);
+          for (int j = 0; j < T; ++j) {
+            int32x4_t dot = vdupq_n_s32(0);
+            for (int g = 0; g < kG; ++g) dot = vdotq_s32(dot, wv[g], xv[j][g]);
+            isum[i][j] = vmlaq_n_s32(isum[i][j], dot, s[i].sc[u]);
+          }
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        for (int j = 0; j < T; ++j) {
+          const float dx = x.p[j][sb].d;
+          acc[i][j] = vfmaq_n_f32(acc[i][j], vcvtq_f32_s32(isum[i][j]), s[i].d * dx);
+          if constexpr (F::kMins)
+            mins[i][j] += s[i].dmin * dx * static_cast<float>(min_dot<F>(s[i], x.p[j][sb]));
+        }
+      }
+    }
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < T; ++j) a.y[(t + j) * a.ldy + r + i] = vaddvq_f32(acc[i][j]) - mins[i][j];
+  }
+};
+
+}  // namespace
+
+void register_kquants_neon(Backend& be) {
+  be.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<KKernel<Q2KFmt>>;
+  be.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<KKernel<Q3KFmt>>;
+  be.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<KKernel<Q4KFmt>>;
+  be.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<KKernel<Q5KFmt>>;
+  be.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<KKernel<Q6KFmt>>;
+}
+
+}  // namespace edgelm::kernels
