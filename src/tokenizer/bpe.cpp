@@ -78,16 +78,11 @@ void merge_word(const Tokenizer::Impl& v, std::string_view word, EncodeScratch& 
       continue;
     }
     // A character with no token of its own: <0xXX> tokens if the vocab has
-    // them (raw UTF-8 BPE), else <unk>, else it is dropped as llama.cpp does.
-    bool any_unknown = false;
+    // them (raw UTF-8 BPE), else it is dropped, as llama.cpp does. (Not
+    // <unk>: GPT-2-style vocabs often name <|endoftext|> as their unknown token.)
     for (char ch : word.substr(x.start, x.len)) {
       const int32_t bt = v.byte_fallback_token[static_cast<uint8_t>(ch)];
-      if (bt != kNoToken) {
-        out.push_back(bt);
-      } else if (!any_unknown && v.unk != kNoToken) {
-        out.push_back(v.unk);
-        any_unknown = true;
-      }
+      if (bt != kNoToken) out.push_back(bt);
     }
   }
 }

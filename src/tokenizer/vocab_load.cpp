@@ -327,8 +327,8 @@ Status load_specials(const gguf::File& f, Impl& v) {
     const int32_t id = v.lookup(s);
     return id != kNoToken && v.is_eog[id];
   };
-  if (eog_text("<|end|>") && ((eog_text("<|return|>") && eog_text("<|call|>")) ||
-                              ((eog_text("<|call|>") || eog_text("<|calls|>")) && eog_text("<|flush|>")))) {
+  const bool has_call = eog_text("<|call|>") || eog_text("<|calls|>");
+  if (eog_text("<|end|>") && has_call && (eog_text("<|return|>") || eog_text("<|flush|>"))) {
     const int32_t end = v.lookup("<|end|>");
     v.is_eog[end] = 0;
     v.types[end] = TokenType::kUserDefined;

@@ -204,6 +204,16 @@ TEST(BpeTokenizer, SpecialTokensAndEog) {
   EXPECT_EQ(t.decode(Ids{start, 'h', 'i', end}, false), "<|im_start|>hi<|im_end|>");
 }
 
+TEST(BpeTokenizer, CharacterWithoutTokenIsDropped) {
+  // As llama.cpp: a byte with no token of its own is dropped, not <unk>.
+  BpeVocab v = test::bpe_tokens();
+  v.tokens[0x01] = "not-a-byte";
+  gguf::Writer w = test::bpe_writer(v);
+  w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(v.id("<|endoftext|>")));
+  Tokenizer t = must_build(w);
+  EXPECT_EQ(t.encode("\x01" "a", false, false), (Ids{'a'}));
+}
+
 TEST(BpeTokenizer, Llama3StyleAddsBos) {
   const BpeVocab v = test::bpe_tokens();
   gguf::Writer w = test::bpe_writer(v);
@@ -228,6 +238,25 @@ TEST(BpeTokenizer, SharedAcrossThreads) {
     });
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(BpeTokenizer, EndOfGenerationByText) {
+  // gpt-oss style: with <|return|> and <|call|> present, <|end|> only closes a
+  // message (rendered, not end-of-generation); <|channel|> is always rendered.
+  BpeVocab v = test::bpe_tokens();
+  for (const char* s : {"<|end|>", "<|return|>", "<|call|>", "<|channel|>", "<|eot_id|>"}) {
+    v.tokens.push_back(s);
+    v.types.push_back(static_cast<int32_t>(TokenType::kNormal));  // not even CONTROL in the file
+  }
+  Tokenizer t = must_build(test::bpe_writer(v));
+  EXPECT_FALSE(t.is_eog(v.id("<|end|>")));
+  EXPECT_EQ(t.token_piece(v.id("<|end|>")), "<|end|>");
+  EXPECT_TRUE(t.is_eog(v.id("<|return|>")));
+  EXPECT_TRUE(t.is_eog(v.id("<|call|>")));
+  EXPECT_EQ(t.type(v.id("<|return|>")), TokenType::kControl);
+  EXPECT_EQ(t.token_piece(v.id("<|return|>")), "");
+  EXPECT_EQ(t.token_piece(v.id("<|channel|>")), "<|channel|>");
+  EXPECT_EQ(t.eot(), v.id("<|eot_id|>"));  // preferred over <|im_end|>
 }
 
 // -------------------------------------------------------- streaming ----

@@ -147,6 +147,34 @@ TEST(VocabFileUnsupported, BertIsRejected) {
   EXPECT_NE(tok.message().find("'bert'"), std::string::npos) << tok.message();
 }
 
+// Phi-3's special tokens eat the whitespace after them (llama.cpp's rule,
+// keyed on general.name); <|end|> is end-of-generation.
+TEST(VocabFileSpecial, Phi3) {
+  EDGELM_REQUIRE_VOCAB(path, "ggml-vocab-phi-3.gguf");
+  Tokenizer tok = load_or_die(path);
+  const int32_t user = *tok.find("<|user|>"), end = *tok.find("<|end|>"), assistant = *tok.find("<|assistant|>");
+  EXPECT_EQ(tok.encode("<|user|>\nHello<|end|>\n<|assistant|>", true, true),
+            (std::vector<int32_t>{1, user, *tok.find("\xE2\x96\x81Hello"), end, assistant}));
+  EXPECT_TRUE(tok.is_eog(end));
+  EXPECT_TRUE(tok.is_eog(tok.eos()));
+}
+
+// Llama 3's BOS comes from add_bos by default, and <|eot_id|> ends a turn.
+TEST(VocabFileSpecial, Llama3) {
+  EDGELM_REQUIRE_VOCAB(path, "ggml-vocab-llama-bpe.gguf");
+  Tokenizer tok = load_or_die(path);
+  EXPECT_TRUE(tok.add_bos());
+  EXPECT_EQ(tok.bos(), 128000);
+  const auto ids = tok.encode("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", true, true);
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(ids[0], 128000);
+  EXPECT_EQ(ids[1], *tok.find("<|start_header_id|>"));
+  EXPECT_EQ(ids.back(), *tok.find("<|eot_id|>"));
+  EXPECT_TRUE(tok.is_eog(ids.back()));
+  EXPECT_EQ(tok.eot(), ids.back());
+  EXPECT_EQ(tok.decode(ids), "user\n\nHi");
+}
+
 TEST(Stories260K, EncodesLikeLlamaCpp) {
   EDGELM_REQUIRE_SHARED(path, "stories260K.gguf");
   Tokenizer tok = load_or_die(path);
