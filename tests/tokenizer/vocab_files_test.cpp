@@ -8,6 +8,7 @@
 // were produced with add_special = false and parse_special = false.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -218,14 +219,20 @@ TEST(VocabFileSpeed, OneMegabyteIsFast) {
     Tokenizer tok = load_or_die(path);
     for (const auto& [what, text] : inputs) {
       for (bool parse_special : {false, true}) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const auto ids = tok.encode(text, true, parse_special);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::vector<int32_t> ids;
+        double s = 1e9;
+        for (int attempt = 0; attempt < 2; ++attempt) {  // best of two: the machine may be busy
+          const auto t0 = std::chrono::steady_clock::now();
+          ids = tok.encode(text, true, parse_special);
+          s = std::min(s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
         std::printf("[ speed    ] %-26s %-16s parse_special=%d: %7zu bytes -> %7zu tokens in %6.1f ms (%.1f MB/s)\n",
                     std::filesystem::path(path).filename().c_str(), what.c_str(), parse_special, text.size(),
                     ids.size(), s * 1e3, text.size() / s / 1e6);
-        // Generous bound for a shared CI machine; quadratic behaviour would take minutes.
-        EXPECT_LT(s, 3.0) << what;
+        // Typical text takes ~0.1 s and the worst of these ~0.5 s on a quiet
+        // machine; the bound only has to catch quadratic behaviour (minutes)
+        // without failing on a busy shared one.
+        EXPECT_LT(s, 10.0) << what;
         EXPECT_FALSE(ids.empty());
       }
     }
