@@ -22,6 +22,8 @@ struct ServeFlags {
   serve::ServerOptions server;
   std::string truncate = "keep-end";
   bool mlock = false;
+  double debug_step_ms = 0;
+  double debug_token_ms = 0;
 };
 
 int serve_main(ServeFlags f) {
@@ -72,6 +74,8 @@ int serve_main(ServeFlags f) {
   eo.threads = f.plan.threads > 0 ? f.plan.threads : default_threads();
   eo.mlock = f.mlock;
   eo.max_step_seconds = f.server.admission.min_stream_rate > 0 ? 1.0 / f.server.admission.min_stream_rate : 0;
+  eo.min_step_seconds = f.debug_step_ms / 1000.0;
+  eo.min_token_seconds = f.debug_token_ms / 1000.0;
   auto engine = Engine::create(std::move(model).value(), std::move(tok).value(), *plan, eo);
   if (!engine.ok()) {
     fmt::print(stderr, "error: {}\n", engine.message());
@@ -136,6 +140,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--drain-timeout", s.drain_timeout_s, "Seconds running requests may take after SIGTERM")->capture_default_str();
   cmd->add_option("--pressure-psi", s.memory_pressure_psi, "Memory PSI some avg10 (%) above which new work is refused")->capture_default_str();
   cmd->add_flag("--mlock", f->mlock, "Lock weights and KV cache in RAM");
+  cmd->add_option("--debug-step-ms", f->debug_step_ms, "Testing: every engine step takes at least this long ...");
+  cmd->add_option("--debug-token-ms", f->debug_token_ms, "Testing: ... plus this long per token in the step");
   cmd->callback([f] { set_exit_code(serve_main(*f)); });
 }
 

@@ -60,7 +60,12 @@ void ThreadPool::run(int n_tasks, FunctionRef<void(int, int)> fn) {
     cv_.notify_all();
   }
   work(0);
-  while (pending_.load(std::memory_order_acquire) != 0) EDGELM_PAUSE();
+  // Usually the others finish within microseconds; if one was descheduled
+  // (more threads than free cores), yield the core to it instead of spinning.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4096) EDGELM_PAUSE();
+    else std::this_thread::yield();
+  }
   fn_ = nullptr;
 }
 

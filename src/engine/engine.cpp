@@ -81,6 +81,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
 
 Engine::~Engine() { stop(); }
 
+void EngineOptions::pad_step(Clock::time_point t0, int tokens) const {
+  const double s = min_step_seconds + min_token_seconds * tokens;
+  if (s > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
+}
+
 void Engine::calibrate() {
   // Two warm-up steps on slot 0 (its cache is overwritten by the first real
   // prefill): they page the weights in and seed the step-time model with a
@@ -91,6 +96,7 @@ void Engine::calibrate() {
     for (int i = 0; i < n; ++i) batch_.push_back({tok_.bos() >= 0 ? tok_.bos() : 0, i, 0, i == n - 1});
     auto t0 = Clock::now();
     (void)forward_->step(batch_);
+    opts_.pad_step(t0, n);
     const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
     calib_[n == 1 ? 0 : 1] = {n, sec};
   }
@@ -351,6 +357,7 @@ bool Engine::step_once() {
     for (int i : batch_slot_) finish_slot(slots_[static_cast<size_t>(i)], Finish::Error);
     return true;
   }
+  opts_.pad_step(t0, static_cast<int>(batch_.size()));
   // Advance the caches.
   for (const BatchToken& b : batch_) slots_[static_cast<size_t>(b.slot)].n_past = b.pos + 1;
 

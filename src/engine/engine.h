@@ -54,6 +54,12 @@ struct EngineOptions {
   // up to the plan's step_tokens.
   double max_step_seconds = 0;
   int min_prefill_chunk = 4;
+  // Testing aids: every step takes at least min_step_seconds +
+  // min_token_seconds x tokens, as on a slower board (the step-time model
+  // measures this like any other cost).
+  double min_step_seconds = 0;
+  double min_token_seconds = 0;
+  void pad_step(std::chrono::steady_clock::time_point t0, int tokens) const;
 };
 
 // Per-step timing fit t(step) = a + b * tokens (seconds), from the steps the

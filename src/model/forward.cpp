@@ -20,11 +20,16 @@ void rmsnorm(const float* x, const float* w, float* y, int n, float eps) {
   }
 }
 
+// Work below this many bytes of weights (or multiply-adds) runs on the
+// calling thread: waking the others costs more than it saves, and far more
+// when the cores are shared with other processes.
+constexpr int64_t kMinParallelWork = 64 * 1024;
+
 // The work split of a matrix product: enough row chunks that both cores stay
 // busy and a slow chunk does not idle the other, each a whole number of
 // 16-row groups so SIMD kernels that tile rows see full tiles.
-int row_chunks(int64_t rows, int threads) {
-  if (threads <= 1) return 1;
+int row_chunks(int64_t rows, int64_t work, int threads) {
+  if (threads <= 1 || work < kMinParallelWork) return 1;
   const int64_t groups = (rows + 15) / 16;
   return static_cast<int>(std::min<int64_t>(groups, threads * 4));
 }
@@ -59,10 +64,15 @@ void Forward::matmul(const TensorView& w, const float* in, int T, float* out, bo
   const size_t act_row = layout_.act_row;
   if (!same_input || act_src_ != in || act_type_ != at || act_T_ != T) {
     const int64_t n = w.cols;
-    pool_.run(T, [&](int t, int) {
+    auto one = [&](int t, int) {
       kernels::quantize_activation(isa_, w.type, in + static_cast<size_t>(t) * n,
                                    static_cast<uint8_t*>(act) + static_cast<size_t>(t) * act_row, n);
-    });
+    };
+    if (T * n < kMinParallelWork) {
+      for (int t = 0; t < T; ++t) one(t, 0);
+    } else {
+      pool_.run(T, one);
+    }
     act_src_ = in;
     act_type_ = at;
     act_T_ = T;
@@ -77,7 +87,7 @@ void Forward::matmul(const TensorView& w, const float* in, int T, float* out, bo
   a.n_tok = T;
   a.y = out;
   a.ldy = w.rows;
-  const int chunks = row_chunks(w.rows, pool_.size());
+  const int chunks = row_chunks(w.rows, static_cast<int64_t>(w.bytes()) * T, pool_.size());
   const int64_t per = ((w.rows + chunks - 1) / chunks + 15) / 16 * 16;
   pool_.run(chunks, [&](int ch, int) {
     const int64_t r0 = ch * per;
@@ -118,7 +128,7 @@ void Forward::attention(int layer, std::span<const BatchToken> batch) {
 
   // One task per (token, query head): an online softmax over the slot's
   // positions [0, pos], in blocks of kAttnBlock scores; memory use is fixed.
-  pool_.run(T * c_.n_heads, [&](int task, int thread) {
+  auto head = [&](int task, int thread) {
     const int t = task / c_.n_heads, h = task % c_.n_heads;
     const BatchToken& bt = batch[static_cast<size_t>(t)];
     const int kvh = h / group;
@@ -152,7 +162,14 @@ void Forward::attention(int layer, std::span<const BatchToken> batch) {
     float* o = out + (static_cast<size_t>(t) * c_.n_heads + h) * hdv;
     const float inv = 1.0f / sum;
     for (int i = 0; i < hdv; ++i) o[i] = acc[i] * inv;
-  });
+  };
+  int64_t work = 0;
+  for (const BatchToken& b : batch) work += static_cast<int64_t>(b.pos + 1) * c_.n_heads * (hd + hdv);
+  if (work < kMinParallelWork) {
+    for (int task = 0; task < T * c_.n_heads; ++task) head(task, 0);
+  } else {
+    pool_.run(T * c_.n_heads, head);
+  }
 }
 
 Result<const float*> Forward::step(std::span<const BatchToken> batch) {

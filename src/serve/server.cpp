@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <sys/socket.h>
+
 #include "core/sysmem.h"
 #include "serve/openai.h"
 #include "serve/stop_matcher.h"
@@ -136,6 +138,7 @@ struct Server::Impl {
   Metrics& metrics;
   httplib::Server http;
   WorkerPool* pool = nullptr;  // owned by httplib
+  int listen_fd = -1;
   std::optional<tokenizer::ChatTemplate> chat_template;
   std::string chat_template_error;
   std::thread monitor;
@@ -180,6 +183,16 @@ struct Session {
   tokenizer::Utf8Stream utf8;
   StopMatcher stop;
   explicit Session(std::vector<std::string> stops) : stop(std::move(stops)) {}
+
+  bool released = false;
+  Finish final_state = Finish::None;
+  // Gives the slot back (cancelling it if it still runs); once.
+  void release_slot() {
+    if (released) return;
+    final_state = engine->finish(slot);
+    engine->release(slot);
+    released = true;
+  }
 };
 
 std::string finish_text(Finish f, bool stopped_by_string) {
@@ -349,8 +362,10 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
     const tokenizer::Tokenizer& t = e.tokenizer();
     Metrics& m = s->impl->metrics;
     const auto heartbeat = std::chrono::milliseconds(s->impl->o.heartbeat_ms);
+    auto last_write = Clock::now();
     auto write = [&](const std::string& data) {
       if (s->disconnected) return false;
+      last_write = Clock::now();
       if (!sink.write(data.data(), data.size())) s->disconnected = true;
       return !s->disconnected;
     };
@@ -407,6 +422,8 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
         s->finished = true;
         s->finish_reason = finish_text(fin, s->stopped_by_string);
         if (fin == Finish::Error) s->finish_reason = "error";
+        // Every token is read: the slot is free before the last bytes go out.
+        s->release_slot();
       }
       if (s->stream) {
         if (!emit.empty() || !chunk_lps.empty()) {
@@ -437,9 +454,10 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
               s->chat ? chat_completion_json(s->id, s->created, s->model, s->text, s->finish_reason, usage(), lps)
                       : completion_json(s->id, s->created, s->model, s->text, s->finish_reason, usage(), lps);
           if (!write(j)) break;
-        } else if (idle) {
-          // JSON allows leading whitespace: a space keeps the connection
-          // honest while the answer is being generated.
+        } else if (idle || Clock::now() - last_write >= heartbeat) {
+          // JSON allows leading whitespace: a space now and then keeps the
+          // connection honest while the answer is generated, and a failed
+          // write tells us the client has gone.
           if (!write(" ")) break;
         }
       }
@@ -454,8 +472,8 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   auto releaser = [s](bool) {
     Engine& e = *s->engine;
     Metrics& m = s->impl->metrics;
-    const Finish fin = e.finish(s->slot);
-    e.release(s->slot);
+    s->release_slot();
+    const Finish fin = s->final_state;
     const auto now = Clock::now();
     if (!s->finished || s->disconnected) m.client_disconnects.fetch_add(1);
     m.generated_tokens.fetch_add(static_cast<uint64_t>(s->completion_tokens));
@@ -610,6 +628,14 @@ Server::Server(Engine& engine, const ServerOptions& o)
     impl_->pool = new WorkerPool(workers, cap);
     return impl_->pool;
   };
+  // httplib listens with a backlog of 5: a burst of connections would see
+  // SYNs dropped and retried a second later. Remember the listening socket
+  // and widen its backlog once bound.
+  impl_->http.set_socket_options([this](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    impl_->listen_fd = sock;
+  });
   impl_->http.set_payload_max_length(o.max_body_bytes);
   impl_->http.set_read_timeout(o.read_timeout_s, 0);
   impl_->http.set_write_timeout(o.write_timeout_s, 0);
@@ -624,6 +650,7 @@ Status Server::bind() {
   const int p = o_.port == 0 ? impl_->http.bind_to_any_port(o_.host) : (impl_->http.bind_to_port(o_.host, o_.port) ? o_.port : -1);
   if (p <= 0) return make_error("cannot listen on {}:{} (in use, or not an address of this machine)", o_.host, o_.port);
   port_ = p;
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, 1024);
   return Status::Ok();
 }
 

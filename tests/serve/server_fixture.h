@@ -1,0 +1,132 @@
+// A live server on loopback over a tiny synthetic model, for end-to-end tests.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "model/synth.h"
+#include "serve/server.h"
+#include "testutil.h"
+
+namespace edgelm::test {
+
+struct LiveServer {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<serve::Server> server;
+  std::thread thread;
+  int port = 0;
+
+  struct Options {
+    int slots = 4;
+    int ctx = 256;
+    double step_ms = 5;   // every engine step takes at least this long ...
+    double token_ms = 0;  // ... plus this per token in the step
+    serve::ServerOptions server;
+  };
+
+  explicit LiveServer(Options o) {
+    const std::string path = temp_path("serve-tiny-llama-Q8_0.gguf");
+    if (!std::filesystem::exists(path)) {
+      SynthOptions so;
+      so.shape = "tiny-llama";
+      so.ftype = "Q8_0";
+      so.output = path;
+      EXPECT_TRUE(write_synthetic_model(so).ok());
+    }
+    auto m = Model::load(path);
+    EXPECT_TRUE(m.ok());
+    auto tok = tokenizer::Tokenizer::from_gguf((*m)->file);
+    EXPECT_TRUE(tok.ok());
+    PlanOptions po;
+    po.slots = o.slots;
+    po.ctx = o.ctx;
+    po.step_tokens = 64;
+    po.threads = 1;
+    auto plan = make_plan((*m)->config, (*m)->weights, po, Budget{1ull << 34, "test"});
+    EngineOptions eo;
+    eo.threads = 1;
+    eo.min_step_seconds = o.step_ms / 1000.0;
+    eo.min_token_seconds = o.token_ms / 1000.0;
+    eo.max_step_seconds = o.server.admission.min_stream_rate > 0 ? 1.0 / o.server.admission.min_stream_rate : 0;
+    auto e = Engine::create(std::move(m).value(), std::move(tok).value(), *plan, eo);
+    EXPECT_TRUE(e.ok()) << e.message();
+    engine = std::move(e).value();
+    engine->start();
+    o.server.port = 0;
+    if (o.server.chat_template.empty()) o.server.chat_template = "chatml";
+    server = std::make_unique<serve::Server>(*engine, o.server);
+    EXPECT_TRUE(server->bind().ok());
+    port = server->port();
+    thread = std::thread([this] { server->run(); });
+  }
+  ~LiveServer() {
+    server->stop();
+    if (thread.joinable()) thread.join();
+    engine->stop();
+  }
+
+  httplib::Client client(int timeout_s = 30) const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(timeout_s, 0);
+    c.set_connection_timeout(5, 0);
+    return c;
+  }
+
+  // Waits until no slot is held (requests released), up to `seconds`.
+  bool wait_idle(double seconds = 5) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (engine->active_slots() > 0) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+};
+
+// Connects, sends raw bytes, reads for `ms` milliseconds, then closes.
+// Returns what was read.
+inline std::string send_and_hang_up(int port, const std::string& bytes, int ms) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    timeval tv{0, 20000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < end) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n > 0) got.append(buf, static_cast<size_t>(n));
+      if (n == 0) break;
+    }
+  }
+  ::close(fd);
+  return got;
+}
+
+inline std::string chat_body(const std::string& content, int max_tokens, bool stream, const std::string& extra = "") {
+  nlohmann::json j = {{"model", "test"},
+                      {"messages", {{{"role", "user"}, {"content", content}}}},
+                      {"max_tokens", max_tokens},
+                      {"stream", stream},
+                      {"ignore_eos", true}};
+  std::string s = j.dump();
+  if (!extra.empty()) s = s.substr(0, s.size() - 1) + "," + extra + "}";
+  return s;
+}
+
+}  // namespace edgelm::test

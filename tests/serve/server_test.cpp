@@ -1,0 +1,415 @@
+#include "serve/server.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "core/sysmem.h"
+#include "server_fixture.h"
+
+namespace edgelm {
+namespace {
+
+using json = nlohmann::json;
+using test::chat_body;
+using test::LiveServer;
+
+json parse(const std::string& s) { return json::parse(s); }
+
+TEST(Serve, HealthReadyModelsAndMetrics) {
+  LiveServer s({});
+  auto c = s.client();
+  auto r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  r = c.Get("/ready");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(parse(r->body)["free_slots"], 4);
+  r = c.Get("/v1/models");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(parse(r->body)["object"], "list");
+  r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  for (const char* name : {"edgelm_slots_total 4", "edgelm_requests_total{status=\"429\"}",
+                           "edgelm_rejections_total{reason=\"throughput\"}", "edgelm_time_to_first_token_seconds_bucket",
+                           "edgelm_memory_reserved_bytes{kind=\"kv\"}", "edgelm_resident_memory_bytes"})
+    EXPECT_NE(r->body.find(name), std::string::npos) << name;
+  r = c.Get("/slots");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(parse(r->body).size(), 4u);
+  r = c.Get("/nope");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_TRUE(parse(r->body).contains("error"));
+}
+
+TEST(Serve, ChatAndCompletionNonStreamed) {
+  LiveServer s({});
+  auto c = s.client();
+  auto r = c.Post("/v1/chat/completions", chat_body("hello there", 8, false), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 3);
+  r = c.Post("/v1/completions", R"({"prompt":"once upon","max_tokens":5,"temperature":0,"logprobs":3})", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  j = parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["usage"]["completion_tokens"].get<int>() + j["usage"]["prompt_tokens"].get<int>(), j["usage"]["total_tokens"].get<int>());
+  EXPECT_EQ(j["choices"][0]["logprobs"]["token_logprobs"].size(), j["usage"]["completion_tokens"].get<size_t>());
+  EXPECT_TRUE(s.wait_idle());
+}
+
+TEST(Serve, StreamsServerSentEvents) {
+  LiveServer s({});
+  auto c = s.client();
+  std::string body;
+  auto r = c.Post("/v1/chat/completions", chat_body("stream please", 6, true, R"("stream_options":{"include_usage":true})"),
+                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  // data: {...}\n\n events, the usage chunk, then [DONE].
+  std::vector<json> events;
+  size_t pos = 0;
+  bool done = false;
+  while ((pos = r->body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = r->body.find("\n\n", pos);
+    ASSERT_NE(end, std::string::npos);
+    const std::string data = r->body.substr(pos + 6, end - pos - 6);
+    if (data == "[DONE]") done = true;
+    else events.push_back(parse(data));
+    pos = end + 2;
+  }
+  EXPECT_TRUE(done);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 6);
+  EXPECT_TRUE(s.wait_idle());
+}
+
+// The acceptance scenario: 4 slots, 8 concurrent streams -> 4 run, 4 get 429
+// with Retry-After at once; after one ends, a new request is admitted.
+TEST(Serve, EightConcurrentStreamsOnFourSlots) {
+  LiveServer::Options o;
+  o.slots = 4;
+  o.step_ms = 20;  // 40 tokens take ~0.8 s: all eight overlap
+  LiveServer s(o);
+  std::vector<std::future<std::tuple<int, std::string, double>>> fs;
+  for (int i = 0; i < 8; ++i) {
+    fs.push_back(std::async(std::launch::async, [&] {
+      auto c = s.client();
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = c.Post("/v1/chat/completions", chat_body("go", 40, true), "application/json");
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!r) return std::make_tuple(-1, std::string(), sec);
+      return std::make_tuple(r->status, r->get_header_value("Retry-After"), sec);
+    }));
+  }
+  int ok = 0, busy = 0;
+  for (auto& f : fs) {
+    auto [status, retry, sec] = f.get();
+    if (status == 200) ++ok;
+    if (status == 429) {
+      ++busy;
+      EXPECT_FALSE(retry.empty());
+      EXPECT_GE(std::stoi(retry), 1);
+      EXPECT_LT(sec, 0.5) << "a refusal must not wait for the work it refuses";
+    }
+  }
+  EXPECT_EQ(ok, 4);
+  EXPECT_EQ(busy, 4);
+  ASSERT_TRUE(s.wait_idle());
+  auto c = s.client();
+  auto r = c.Post("/v1/chat/completions", chat_body("again", 4, false), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(s.server->metrics().rejections[static_cast<size_t>(serve::Reason::Slots)].load(), 4u);
+}
+
+TEST(Serve, AFreedSlotIsTakenByTheNextRequest) {
+  LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 10;
+  LiveServer s(o);
+  auto first = std::async(std::launch::async, [&] {
+    auto c = s.client();
+    return c.Post("/v1/chat/completions", chat_body("one", 30, false), "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto c = s.client();
+  auto busy = c.Post("/v1/chat/completions", chat_body("two", 5, false), "application/json");
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->status, 429);
+  auto r1 = first.get();
+  ASSERT_TRUE(r1);
+  EXPECT_EQ(r1->status, 200);
+  auto r2 = c.Post("/v1/chat/completions", chat_body("two", 5, false), "application/json");
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->status, 200);
+}
+
+TEST(Serve, BoundedQueueWaitsThenTimesOut) {
+  LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 10;
+  o.server.admission.queue = 1;
+  o.server.admission.queue_timeout_s = 5;
+  LiveServer s(o);
+  auto first = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/chat/completions", chat_body("one", 20, false), "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto queued = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/chat/completions", chat_body("two", 5, false), "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The queue holds one: a third is refused at once.
+  auto third = s.client().Post("/v1/chat/completions", chat_body("three", 5, false), "application/json");
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, 429);
+  EXPECT_EQ(first.get()->status, 200);
+  EXPECT_EQ(queued.get()->status, 200);  // it got the slot when the first ended
+}
+
+TEST(Serve, ThroughputGateRefusesWhatWouldSlowEveryone) {
+  // Steps cost 20 ms + 30 ms per token: one stream gets 20 tokens/s, two 12.5,
+  // three 9. A floor of 10 tokens/s admits two streams and refuses a third
+  // though slots are free.
+  LiveServer::Options o;
+  o.slots = 4;
+  o.step_ms = 20;
+  o.token_ms = 30;
+  o.server.admission.min_stream_rate = 10;
+  LiveServer s(o);
+  const serve::Decision d = s.server->admission().precheck();
+  EXPECT_TRUE(d.ok());
+  EXPECT_NEAR(d.predicted_rate, 20.0, 3.0);
+  auto a = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/completions", R"({"prompt":"a","max_tokens":40,"ignore_eos":true})", "application/json");
+  });
+  auto b = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/completions", R"({"prompt":"b","max_tokens":40,"ignore_eos":true})", "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(s.engine->active_slots(), 2);
+  auto third = s.client().Post("/v1/completions", R"({"prompt":"c","max_tokens":5})", "application/json");
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, 429) << third->body;
+  EXPECT_EQ(parse(third->body)["error"]["code"], "throughput");
+  EXPECT_FALSE(third->get_header_value("Retry-After").empty());
+  EXPECT_EQ(s.client().Get("/ready")->status, 503);
+  EXPECT_EQ(a.get()->status, 200);
+  EXPECT_EQ(b.get()->status, 200);
+  EXPECT_EQ(s.client().Get("/ready")->status, 200);
+}
+
+TEST(Serve, DisconnectMidStreamFreesTheSlot) {
+  LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 20;
+  LiveServer s(o);
+  auto c = s.client();
+  int chunks = 0;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.body = chat_body("long", 200, true);
+  req.set_header("Content-Type", "application/json");
+  // Hang up after a few chunks.
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+  auto r = c.send(req);
+  EXPECT_FALSE(r);
+  EXPECT_EQ(chunks, 3);
+  // The server notices at its next write and frees the slot within a step or two.
+  EXPECT_TRUE(s.wait_idle(2.0)) << "slot still held after the client left";
+  EXPECT_GE(s.server->metrics().client_disconnects.load(), 1u);
+  auto again = s.client().Post("/v1/chat/completions", chat_body("next", 3, false), "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
+}
+
+TEST(Serve, DisconnectDuringNonStreamedGenerationFreesTheSlot) {
+  LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 20;
+  LiveServer s(o);
+  // A client that sends its request, waits a little and hangs up.
+  const std::string body = chat_body("long", 200, false);
+  test::send_and_hang_up(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+                         300);
+  EXPECT_EQ(s.engine->active_slots(), 1);
+  // The next heartbeat write fails and the slot is freed (200 tokens would take 4 s).
+  EXPECT_TRUE(s.wait_idle(2.0)) << "slot still held after the client left";
+}
+
+TEST(Serve, TruncatesLongPromptsByPolicy) {
+  LiveServer::Options o;
+  o.ctx = 64;
+  LiveServer s(o);
+  std::string longtext;
+  for (int i = 0; i < 200; ++i) longtext += "the cat sat on the mat. ";
+  auto r = s.client().Post("/v1/completions", json({{"prompt", longtext}, {"max_tokens", 8}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = parse(r->body);
+  EXPECT_GT(j["edgelm"]["prompt_tokens_dropped"].get<int>(), 100);
+  EXPECT_LE(j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>(), 64);
+  EXPECT_FALSE(r->get_header_value("X-Edgelm-Prompt-Tokens-Dropped").empty());
+  // Chat: old turns go first; the system message and the last turn stay.
+  json chat = {{"max_tokens", 4},
+               {"messages",
+                {{{"role", "system"}, {"content", "be brief"}},
+                 {{"role", "user"}, {"content", longtext.substr(0, 300)}},
+                 {{"role", "assistant"}, {"content", "ok"}},
+                 {{"role", "user"}, {"content", "last question"}}}}};
+  r = s.client().Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_GT(parse(r->body)["edgelm"]["prompt_tokens_dropped"].get<int>(), 0);
+  EXPECT_TRUE(s.wait_idle());
+}
+
+TEST(Serve, RefusesLongPromptsWithTruncateNone) {
+  LiveServer::Options o;
+  o.ctx = 64;
+  o.server.truncate = serve::Truncate::None;
+  LiveServer s(o);
+  std::string longtext(2000, 'a');
+  auto r = s.client().Post("/v1/completions", json({{"prompt", longtext}, {"max_tokens", 8}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  json j = parse(r->body);
+  EXPECT_EQ(j["error"]["code"], "prompt_too_long");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("tokens"), std::string::npos);
+  EXPECT_TRUE(s.wait_idle());
+}
+
+TEST(Serve, BadRequestsGet400AndLeakNoSlot) {
+  LiveServer s({});
+  auto c = s.client();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{", ""},
+      {"[]", ""},
+      {R"({"messages":[]})", "messages"},
+      {R"({"messages":{}})", "messages"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":-1})", "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":-5})", "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1.5})", "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_p":7})", "top_p"},
+      {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n"},
+      {R"({"messages":[{"role":"wizard","content":"x"}]})", "role"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", ""},
+  };
+  for (const auto& [body, field] : cases) {
+    auto r = c.Post("/v1/chat/completions", body, "application/json");
+    ASSERT_TRUE(r) << body;
+    EXPECT_EQ(r->status, 400) << body << " -> " << r->body;
+    json j = json::parse(r->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r->body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(field), std::string::npos) << body << " -> " << r->body;
+  }
+  // A huge max_tokens is clamped to what the slot holds, not refused.
+  auto r = c.Post("/v1/chat/completions", chat_body("x", 1000000000, false), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  // Oversized bodies: 413.
+  r = c.Post("/v1/chat/completions", std::string(2 << 20, ' '), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_TRUE(s.wait_idle());
+  EXPECT_EQ(s.engine->active_slots(), 0);
+}
+
+TEST(Serve, TokenizeAndDetokenize) {
+  LiveServer s({});
+  auto c = s.client();
+  auto r = c.Post("/tokenize", R"({"content":"the hat"})", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  auto toks = parse(r->body)["tokens"];
+  EXPECT_GT(toks.size(), 1u);
+  r = c.Post("/detokenize", json({{"tokens", toks}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(parse(r->body)["content"], "the hat");  // the space prefix is removed, as llama.cpp does
+  r = c.Post("/detokenize", R"({"tokens":[99999999]})", "application/json");
+  EXPECT_EQ(r->status, 400);
+}
+
+TEST(Serve, ApiKey) {
+  LiveServer::Options o;
+  o.server.api_key = "sesame";
+  LiveServer s(o);
+  auto c = s.client();
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  httplib::Headers h = {{"Authorization", "Bearer sesame"}};
+  EXPECT_EQ(c.Get("/v1/models", h)->status, 200);
+}
+
+TEST(Serve, StopStringsEndTheAnswer) {
+  LiveServer s({});
+  auto c = s.client();
+  // Greedy output is deterministic: find its text, then stop at a piece of it.
+  auto r = c.Post("/v1/completions", R"({"prompt":"a b","max_tokens":12,"temperature":0,"ignore_eos":true})", "application/json");
+  ASSERT_TRUE(r);
+  const std::string full = parse(r->body)["choices"][0]["text"];
+  ASSERT_GT(full.size(), 6u);
+  // One whole character from the middle (the output is valid UTF-8; the
+  // tiny model's text is noise, often multi-byte).
+  auto is_cont = [&](size_t i) { return (static_cast<unsigned char>(full[i]) & 0xC0) == 0x80; };
+  size_t at = full.size() / 2;
+  while (at > 0 && is_cont(at)) --at;
+  size_t end = at + 1;
+  while (end < full.size() && is_cont(end)) ++end;
+  const std::string stop = full.substr(at, end - at);
+  r = c.Post("/v1/completions", json({{"prompt", "a b"}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}, {"stop", stop}}).dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  json j = parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], full.substr(0, full.find(stop)));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(s.wait_idle());
+}
+
+// Resident memory does not grow with the number of requests served.
+TEST(Serve, ResidentMemoryFlatOverAThousandRequests) {
+  LiveServer::Options o;
+  o.slots = 4;
+  o.step_ms = 0;
+  LiveServer s(o);
+  auto run = [&](int n) {
+    std::vector<std::thread> ts;
+    for (int k = 0; k < 4; ++k) {
+      ts.emplace_back([&, k] {
+        auto c = s.client();
+        for (int i = k; i < n; i += 4) {
+          auto r = c.Post("/v1/chat/completions", chat_body("memory " + std::to_string(i), 8, i % 2 == 0), "application/json");
+          ASSERT_TRUE(r);
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+  };
+  run(200);  // warm-up: thread stacks, allocator arenas, connection buffers
+  const uint64_t warm = current_rss_bytes();
+  run(1000);
+  const uint64_t after = current_rss_bytes();
+  EXPECT_LT(static_cast<double>(after), static_cast<double>(warm) * 1.02)
+      << "RSS grew from " << warm << " to " << after << " bytes over 1000 requests";
+  EXPECT_TRUE(s.wait_idle());
+}
+
+}  // namespace
+}  // namespace edgelm
