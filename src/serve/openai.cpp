@@ -1,0 +1,1058 @@
+#include "serve/openai.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+namespace edgelm::serve {
+namespace {
+
+using json = nlohmann::json;           // requests: std::map objects, for key lookup
+using ojson = nlohmann::ordered_json;  // responses: fields in the order OpenAI sends them
+
+// Validation helpers return an error or nothing.
+using Err = std::optional<ApiError>;
+
+#define EDGELM_API_TRY(expr)        \
+  do {                              \
+    if (Err e_ = (expr)) return e_; \
+  } while (0)
+
+// ---------------------------------------------------------------------------
+// Text helpers
+
+// At most `n` bytes of `s`, cut at a character boundary, "..." marking a cut.
+std::string shorten(std::string_view s, size_t n) {
+  if (s.size() <= n) return std::string(s);
+  size_t cut = n;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(s.substr(0, cut)) + "...";
+}
+
+// Length of the well-formed UTF-8 sequence at s[i], or 0 with `bad` set to
+// the length of its maximal ill-formed prefix (at least 1). Table 3-7 of the
+// Unicode standard: no overlongs, no surrogates, nothing above U+10FFFF.
+size_t utf8_sequence(std::string_view s, size_t i, size_t& bad) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t need;
+  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 1;
+  } else if (c == 0xE0) {
+    need = 2;
+    lo = 0xA0;
+  } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+    need = 2;
+  } else if (c == 0xED) {
+    need = 2;
+    hi = 0x9F;
+  } else if (c == 0xF0) {
+    need = 3;
+    lo = 0x90;
+  } else if (c >= 0xF1 && c <= 0xF3) {
+    need = 3;
+  } else if (c == 0xF4) {
+    need = 3;
+    hi = 0x8F;
+  } else {
+    bad = 1;
+    return 0;
+  }
+  for (size_t j = 1; j <= need; ++j) {
+    if (i + j >= s.size()) {
+      bad = j;
+      return 0;
+    }
+    const auto b = static_cast<unsigned char>(s[i + j]);
+    const bool ok = j == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+    if (!ok) {
+      bad = j;
+      return 0;
+    }
+  }
+  return need + 1;
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+
+// "got ..." text for a value: numbers and booleans as they are, other values
+// by their type (a string could be a megabyte long).
+std::string describe(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return v.get<bool>() ? "true" : "false";
+    case json::value_t::number_integer:
+      return std::to_string(v.get<int64_t>());
+    case json::value_t::number_unsigned:
+      return std::to_string(v.get<uint64_t>());
+    case json::value_t::number_float:
+      return fmt::format("{}", v.get<double>());
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "an unsupported value";
+  }
+}
+
+// "'path' must be <what>, got <value>": invalid_type when the JSON type is
+// wrong, invalid_value when the type is right but the value is not.
+ApiError must_be(const std::string& path, std::string_view what, const json& v, bool type_ok) {
+  return invalid_request(fmt::format("'{}' must be {}, got {}", path, what, describe(v)), path,
+                         type_ok ? "invalid_value" : "invalid_type");
+}
+
+ApiError unsupported(const std::string& path, std::string message) {
+  return invalid_request(std::move(message), path, "unsupported_parameter");
+}
+
+ApiError not_json(std::string_view reason) {
+  return invalid_request(fmt::format("request body is not valid JSON: {}", reason), "",
+                         "invalid_json");
+}
+
+// ---------------------------------------------------------------------------
+// Parsing the body
+
+// Builds the document as nlohmann's own DOM parser does (its parser is a loop,
+// not a recursion), but stops at once on nesting deeper than kMaxJsonDepth or
+// on a duplicate key, and keeps the path of the value being read so that a
+// lexer error (invalid UTF-8 in a string, say) can name the field.
+class DomBuilder {
+ public:
+  explicit DomBuilder(json& root) : root_(root) {}
+
+  bool null() { return put(json(nullptr)); }
+  bool boolean(bool v) { return put(json(v)); }
+  bool number_integer(json::number_integer_t v) { return put(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return put(json(v)); }
+  bool number_float(json::number_float_t v, const json::string_t& /*text*/) { return put(json(v)); }
+  bool string(json::string_t& v) { return put(json(std::move(v))); }
+  bool binary(json::binary_t& /*v*/) { return false; }  // the JSON lexer never produces one
+  bool start_object(std::size_t /*n*/) { return open(json::object()); }
+  bool start_array(std::size_t /*n*/) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+
+  bool key(json::string_t& k) {
+    Frame& f = stack_.back();
+    f.key = std::move(k);
+    f.in_value = true;
+    if (f.node->contains(f.key)) {
+      duplicate_ = true;
+      path_ = path();
+      return false;
+    }
+    return true;
+  }
+
+  bool parse_error(std::size_t byte, const std::string& last_token, const json::exception& ex) {
+    failed_ = true;
+    byte_ = byte;
+    path_ = path();
+    what_ = ex.what();
+    // nlohmann's message quotes the token read so far, which can be a whole
+    // megabyte-long string: keep the quote only when it is short.
+    const std::string quote = "; last read: '" + last_token + "'";
+    if (last_token.size() > 32) {
+      if (size_t at = what_.find(quote); at != std::string::npos) what_.erase(at, quote.size());
+    }
+    return false;
+  }
+
+  bool too_deep() const { return too_deep_; }
+  bool duplicate() const { return duplicate_; }
+  bool failed() const { return failed_; }
+  size_t byte() const { return byte_; }
+  const std::string& where() const { return path_; }
+  const std::string& what() const { return what_; }
+
+ private:
+  struct Frame {
+    json* node;             // an object or array under construction
+    std::string key = {};   // object: the latest key
+    bool in_value = false;  // object: that key's value is being read
+    bool in_child = false;  // the last member is an open object or array
+  };
+
+  bool put(json&& v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return true;
+    }
+    Frame& f = stack_.back();
+    if (f.node->is_array()) {
+      f.node->push_back(std::move(v));
+    } else {
+      (*f.node)[f.key] = std::move(v);
+      f.in_value = false;
+    }
+    return true;
+  }
+
+  bool open(json&& v) {
+    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth)) {
+      too_deep_ = true;
+      return false;
+    }
+    json* node;
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      node = &root_;
+    } else {
+      // The parent only grows after this child closes, so `node` stays valid.
+      Frame& f = stack_.back();
+      if (f.node->is_array()) {
+        f.node->push_back(std::move(v));
+        node = &f.node->back();
+      } else {
+        node = &((*f.node)[f.key] = std::move(v));
+      }
+      f.in_child = true;
+    }
+    stack_.push_back(Frame{node});
+    return true;
+  }
+
+  bool close() {
+    stack_.pop_back();
+    if (!stack_.empty()) {
+      stack_.back().in_child = false;
+      stack_.back().in_value = false;
+    }
+    return true;
+  }
+
+  // "messages[1].content": where the value being read sits.
+  std::string path() const {
+    std::string p;
+    for (const Frame& f : stack_) {
+      if (f.node->is_array()) {
+        size_t i = f.node->size();
+        if (f.in_child && i > 0) --i;
+        p += fmt::format("[{}]", i);
+      } else if (f.in_value || f.in_child) {
+        if (!p.empty()) p += '.';
+        p += shorten(f.key, 64);
+      } else {
+        break;  // between members (reading a key): the object itself
+      }
+    }
+    return shorten(p, 256);
+  }
+
+  json& root_;
+  std::vector<Frame> stack_;
+  bool too_deep_ = false;
+  bool duplicate_ = false;
+  bool failed_ = false;
+  size_t byte_ = 0;
+  std::string path_;
+  std::string what_;
+};
+
+// The body as a JSON object, or a 400 saying why not.
+Err parse_body(std::string_view body, json& root) {
+  // nlohmann skips a byte order mark; RFC 8259 forbids sending one, and
+  // Python-based servers (OpenAI's own) refuse it, so refuse it too.
+  if (body.starts_with("\xEF\xBB\xBF"))
+    return not_json("it starts with a byte order mark (U+FEFF)");
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    return not_json("the body is empty");
+
+  DomBuilder b(root);
+  if (!json::sax_parse(body.data(), body.data() + body.size(), &b)) {
+    if (b.too_deep()) {
+      return invalid_request(
+          fmt::format("request body nests arrays and objects deeper than {} levels", kMaxJsonDepth),
+          "", "nesting_too_deep");
+    }
+    if (b.duplicate()) {
+      return invalid_request(fmt::format("request body has the key '{}' twice", b.where()),
+                             b.where(), "duplicate_key");
+    }
+    if (b.failed() && b.what().find("ill-formed UTF-8") != std::string::npos) {
+      if (b.where().empty()) {
+        return invalid_request(fmt::format("request body is not valid UTF-8 (byte {})", b.byte()),
+                               "", "invalid_encoding");
+      }
+      return invalid_request(fmt::format("'{}' is not valid UTF-8", b.where()), b.where(),
+                             "invalid_encoding");
+    }
+    // nlohmann refuses numbers beyond a double (1e400) in its lexer.
+    if (b.failed() && !b.where().empty() && b.what().find("number overflow") != std::string::npos) {
+      return invalid_request(fmt::format("'{}' is a number too large to represent", b.where()),
+                             b.where());
+    }
+    // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ..."
+    std::string reason = b.failed() ? b.what() : std::string("parse stopped");
+    if (size_t at = reason.find("] "); at != std::string::npos) reason.erase(0, at + 2);
+    if (!b.where().empty()) reason += fmt::format(" (in '{}')", b.where());
+    ApiError e = not_json(shorten(reason, 240));
+    e.param = b.where();  // "1e400" overflows in the lexer: still say which field
+    return e;
+  }
+  if (!root.is_object()) {
+    return invalid_request(
+        fmt::format("request body must be a JSON object, got {}", describe(root)), "",
+        "invalid_type");
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// Field readers. Each reads one optional field of `obj`; absent and null are
+// the same (clients send null for "not given").
+
+const json* field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// An integer-valued number (3, 3.0 and 3e0 alike, not 3.5), saturated to int64.
+std::optional<int64_t> integer_of(const json& v) {
+  switch (v.type()) {
+    case json::value_t::number_integer:
+      return v.get<int64_t>();
+    case json::value_t::number_unsigned: {
+      const uint64_t u = v.get<uint64_t>();
+      return u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+    }
+    case json::value_t::number_float: {
+      const double d = v.get<double>();
+      if (!std::isfinite(d) || d != std::trunc(d)) return std::nullopt;
+      if (d >= 0x1p63) return INT64_MAX;
+      if (d < -0x1p63) return INT64_MIN;
+      return static_cast<int64_t>(d);
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+// A number in [lo, hi] (or (lo, hi] when lo_open); `what` describes the range.
+Err read_float(const json& obj, const char* key, double lo, bool lo_open, double hi,
+               std::string_view range, float& out) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  const std::string what = fmt::format("a number {}", range);
+  if (!v->is_number()) return must_be(key, what, *v, false);
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d <= lo))
+    return must_be(key, what, *v, true);
+  out = static_cast<float>(d);
+  return std::nullopt;
+}
+
+// An integer in [lo, hi]; `what` describes it ("an integer of at least 1").
+Err read_int(const json& v, const std::string& path, int64_t lo, int64_t hi, std::string_view what,
+             int64_t& out) {
+  if (!v.is_number()) return must_be(path, what, v, false);
+  std::optional<int64_t> i = integer_of(v);
+  if (!i || *i < lo || *i > hi) return must_be(path, what, v, true);
+  out = *i;
+  return std::nullopt;
+}
+
+Err read_bool(const json& obj, const char* key, const std::string& path, bool& out) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) return must_be(path, "a boolean", *v, false);
+  out = v->get<bool>();
+  return std::nullopt;
+}
+
+Err read_string(const json& obj, const char* key, std::string& out) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) return must_be(key, "a string", *v, false);
+  out = v->get<std::string>();
+  return std::nullopt;
+}
+
+// max_tokens and max_completion_tokens (the newer name wins when both are given).
+Err read_max_tokens(const json& body, GenerationRequest& req) {
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    const json* v = field(body, key);
+    if (!v) continue;
+    int64_t n = 0;
+    EDGELM_API_TRY(read_int(*v, key, 1, INT64_MAX, "an integer of at least 1", n));
+    req.max_tokens = static_cast<int>(std::min<int64_t>(n, INT_MAX));
+  }
+  return std::nullopt;
+}
+
+// Any int64 or uint64; negative seeds wrap (-1 is 2^64-1).
+Err read_seed(const json& body, GenerationRequest& req) {
+  const json* v = field(body, "seed");
+  if (!v) return std::nullopt;
+  constexpr std::string_view what = "an integer between -2^63 and 2^64-1";
+  uint64_t seed = 0;
+  switch (v->type()) {
+    case json::value_t::number_integer:
+      seed = static_cast<uint64_t>(v->get<int64_t>());
+      break;
+    case json::value_t::number_unsigned:
+      seed = v->get<uint64_t>();
+      break;
+    case json::value_t::number_float: {
+      const double d = v->get<double>();
+      if (!std::isfinite(d) || d != std::trunc(d) || d < -0x1p63 || d >= 0x1p64) {
+        return must_be("seed", what, *v, true);
+      }
+      seed = d < 0 ? static_cast<uint64_t>(static_cast<int64_t>(d)) : static_cast<uint64_t>(d);
+      break;
+    }
+    default:
+      return must_be("seed", what, *v, false);
+  }
+  req.sampling.seed = seed;
+  req.seed_given = true;
+  return std::nullopt;
+}
+
+Err read_stop(const json& body, GenerationRequest& req) {
+  const json* v = field(body, "stop");
+  if (!v) return std::nullopt;
+  const std::string what =
+      fmt::format("a string or an array of up to {} non-empty strings", kMaxStop);
+  if (v->is_string()) {
+    if (v->get_ref<const std::string&>().empty()) return must_be("stop", what, *v, true);
+    req.stop.push_back(v->get<std::string>());
+    return std::nullopt;
+  }
+  if (!v->is_array()) return must_be("stop", what, *v, false);
+  if (v->size() > static_cast<size_t>(kMaxStop)) {
+    return invalid_request(
+        fmt::format("'stop' has {} strings; at most {} are allowed", v->size(), kMaxStop), "stop");
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& s = (*v)[i];
+    const std::string path = fmt::format("stop[{}]", i);
+    if (!s.is_string()) return must_be(path, "a non-empty string", s, false);
+    if (s.get_ref<const std::string&>().empty())
+      return must_be(path, "a non-empty string", s, true);
+    req.stop.push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+// Fields both endpoints share.
+Err read_common(const json& body, GenerationRequest& req) {
+  SamplingParams& s = req.sampling;
+  EDGELM_API_TRY(read_string(body, "model", req.model));
+  EDGELM_API_TRY(read_max_tokens(body, req));
+  EDGELM_API_TRY(read_float(body, "temperature", 0, false, 2, "between 0 and 2", s.temperature));
+  EDGELM_API_TRY(read_float(body, "top_p", 0, true, 1, "greater than 0 and at most 1", s.top_p));
+  EDGELM_API_TRY(read_float(body, "min_p", 0, false, 1, "between 0 and 1", s.min_p));
+  EDGELM_API_TRY(
+      read_float(body, "presence_penalty", -2, false, 2, "between -2 and 2", s.presence_penalty));
+  EDGELM_API_TRY(
+      read_float(body, "frequency_penalty", -2, false, 2, "between -2 and 2", s.frequency_penalty));
+  // The sampler's own bound (SamplingParams::validate) is 10.
+  EDGELM_API_TRY(read_float(body, "repeat_penalty", 0, true, 10, "greater than 0 and at most 10",
+                            s.repeat_penalty));
+  if (const json* v = field(body, "top_k")) {
+    int64_t k = 0;
+    EDGELM_API_TRY(read_int(*v, "top_k", 0, INT64_MAX, "an integer of at least 0", k));
+    s.top_k = static_cast<int>(std::min<int64_t>(k, INT_MAX));  // beyond the vocabulary = off
+  }
+  EDGELM_API_TRY(read_seed(body, req));
+  EDGELM_API_TRY(read_stop(body, req));
+  EDGELM_API_TRY(read_bool(body, "stream", "stream", req.stream));
+  if (const json* v = field(body, "stream_options")) {
+    if (!v->is_object()) return must_be("stream_options", "an object", *v, false);
+    EDGELM_API_TRY(
+        read_bool(*v, "include_usage", "stream_options.include_usage", req.include_usage));
+  }
+  if (const json* v = field(body, "n")) {
+    int64_t n = 0;
+    EDGELM_API_TRY(read_int(*v, "n", INT64_MIN, INT64_MAX, "an integer", n));
+    if (n != 1) {
+      return invalid_request(
+          fmt::format("'n' must be 1 (only n=1 is supported), got {}", describe(*v)), "n",
+          "unsupported_value");
+    }
+  }
+  std::string user;  // accepted for compatibility, not used
+  EDGELM_API_TRY(read_string(body, "user", user));
+  EDGELM_API_TRY(read_bool(body, "ignore_eos", "ignore_eos", req.ignore_eos));
+  if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty())) {
+    return unsupported("logit_bias", "'logit_bias' is not supported");
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// Chat
+
+// A message's content: a string, or an array of text parts concatenated.
+Err read_content(const json& msg, const std::string& path, bool assistant, const RequestLimits& lim,
+                 std::string& out) {
+  const json* v = field(msg, "content");
+  constexpr std::string_view what = "a string or an array of text parts";
+  auto too_large = [&](size_t n) {
+    return invalid_request(
+        fmt::format("'{}' is {} bytes; at most {} are allowed", path, n, lim.max_content_bytes),
+        path, "string_above_max_length");
+  };
+  if (!v) {
+    // An assistant turn may have no content (OpenAI sends null with tool calls).
+    if (assistant) return std::nullopt;
+    return invalid_request(fmt::format("'{}' is required", path), path,
+                           "missing_required_parameter");
+  }
+  if (v->is_string()) {
+    const auto& s = v->get_ref<const std::string&>();
+    if (s.size() > lim.max_content_bytes) return too_large(s.size());
+    out = s;
+    return std::nullopt;
+  }
+  if (!v->is_array()) return must_be(path, what, *v, false);
+  if (v->empty()) return must_be(path, what, *v, true);
+  size_t total = 0;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& part = (*v)[i];
+    const std::string ppath = fmt::format("{}[{}]", path, i);
+    if (!part.is_object()) return must_be(ppath, "an object", part, false);
+    const json* type = field(part, "type");
+    if (!type) {
+      return invalid_request(fmt::format("'{}.type' is required", ppath), ppath + ".type",
+                             "missing_required_parameter");
+    }
+    if (!type->is_string()) return must_be(ppath + ".type", "a string", *type, false);
+    if (*type != "text") {
+      return invalid_request(fmt::format("'{}.type' '{}' is not supported; only 'text' parts are",
+                                         ppath, shorten(type->get_ref<const std::string&>(), 32)),
+                             ppath + ".type", "unsupported_value");
+    }
+    const json* text = field(part, "text");
+    if (!text) {
+      return invalid_request(fmt::format("'{}.text' is required", ppath), ppath + ".text",
+                             "missing_required_parameter");
+    }
+    if (!text->is_string()) return must_be(ppath + ".text", "a string", *text, false);
+    total += text->get_ref<const std::string&>().size();
+    if (total > lim.max_content_bytes) return too_large(total);
+  }
+  out.reserve(total);
+  for (const json& part : *v) out += field(part, "text")->get_ref<const std::string&>();
+  return std::nullopt;
+}
+
+Err read_messages(const json& body, const RequestLimits& lim, GenerationRequest& req) {
+  const json* v = field(body, "messages");
+  if (!v)
+    return invalid_request("'messages' is required", "messages", "missing_required_parameter");
+  if (!v->is_array()) return must_be("messages", "an array of message objects", *v, false);
+  if (v->empty()) return invalid_request("'messages' must not be empty", "messages");
+  if (v->size() > static_cast<size_t>(std::max(lim.max_messages, 0))) {
+    return invalid_request(fmt::format("'messages' has {} entries; at most {} are allowed",
+                                       v->size(), lim.max_messages),
+                           "messages", "array_above_max_length");
+  }
+  req.messages.reserve(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string path = fmt::format("messages[{}]", i);
+    if (!m.is_object()) return must_be(path, "an object", m, false);
+    const json* role = field(m, "role");
+    const std::string rpath = path + ".role";
+    if (!role) {
+      return invalid_request(fmt::format("'{}' is required", rpath), rpath,
+                             "missing_required_parameter");
+    }
+    constexpr std::string_view roles = "one of 'system', 'user', 'assistant', 'developer'";
+    if (!role->is_string()) return must_be(rpath, roles, *role, false);
+    const std::string& r = role->get_ref<const std::string&>();
+    ChatMessage out;
+    if (r == "system" || r == "developer") {
+      out.role = "system";
+    } else if (r == "user" || r == "assistant") {
+      out.role = r;
+    } else if (r == "tool" || r == "function") {
+      return invalid_request(
+          fmt::format("'{}' '{}' is not supported: this server does not support tools", rpath, r),
+          rpath, "unsupported_value");
+    } else {
+      return invalid_request(fmt::format("'{}' must be {}, got '{}'", rpath, roles, shorten(r, 32)),
+                             rpath);
+    }
+    for (const char* key : {"tool_calls", "function_call"}) {
+      const json* t = field(m, key);
+      if (t && !(t->is_array() && t->empty())) {
+        return unsupported(path + "." + key, fmt::format("'{}.{}' is not supported: this server "
+                                                         "does not support tools",
+                                                         path, key));
+      }
+    }
+    EDGELM_API_TRY(read_content(m, path + ".content", out.role == "assistant", lim, out.content));
+    req.messages.push_back(std::move(out));
+  }
+  return std::nullopt;
+}
+
+Err read_chat(const json& body, const RequestLimits& lim, GenerationRequest& req) {
+  EDGELM_API_TRY(read_messages(body, lim, req));
+  EDGELM_API_TRY(read_common(body, req));
+
+  bool logprobs = false;
+  EDGELM_API_TRY(read_bool(body, "logprobs", "logprobs", logprobs));
+  if (const json* v = field(body, "top_logprobs")) {
+    int64_t n = 0;
+    EDGELM_API_TRY(read_int(*v, "top_logprobs", 0, kMaxTopLogprobs,
+                            fmt::format("an integer between 0 and {}", kMaxTopLogprobs), n));
+    if (!logprobs) {
+      return invalid_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+    }
+    req.top_logprobs = static_cast<int>(n);
+  } else if (logprobs) {
+    req.top_logprobs = 0;
+  }
+
+  // Tools are not supported; an empty list or "none" asks for nothing, and
+  // some clients always send those.
+  for (const char* key : {"tools", "functions"}) {
+    const json* v = field(body, key);
+    if (v && !(v->is_array() && v->empty())) {
+      return unsupported(
+          key, fmt::format("'{}' is not supported: this server does not support tools", key));
+    }
+  }
+  for (const char* key : {"tool_choice", "function_call"}) {
+    const json* v = field(body, key);
+    if (v && !(v->is_string() && *v == "none")) {
+      return unsupported(
+          key, fmt::format("'{}' is not supported: this server does not support tools", key));
+    }
+  }
+  if (const json* v = field(body, "response_format")) {
+    if (!v->is_object()) return must_be("response_format", "an object", *v, false);
+    const json* type = field(*v, "type");
+    if (!type) {
+      return invalid_request("'response_format.type' is required", "response_format.type",
+                             "missing_required_parameter");
+    }
+    if (!type->is_string()) return must_be("response_format.type", "a string", *type, false);
+    if (*type != "text") {
+      return invalid_request(
+          fmt::format("'response_format.type' '{}' is not supported; only 'text' is",
+                      shorten(type->get_ref<const std::string&>(), 32)),
+          "response_format.type", "unsupported_value");
+    }
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// Completions
+
+Err read_prompt_text(const json& v, const std::string& path, const RequestLimits& lim,
+                     GenerationRequest& req) {
+  const auto& s = v.get_ref<const std::string&>();
+  if (s.empty()) return invalid_request(fmt::format("'{}' must not be empty", path), path);
+  if (s.size() > lim.max_content_bytes) {
+    return invalid_request(fmt::format("'{}' is {} bytes; at most {} are allowed", path, s.size(),
+                                       lim.max_content_bytes),
+                           path, "string_above_max_length");
+  }
+  req.prompt = s;
+  return std::nullopt;
+}
+
+Err read_prompt_tokens(const json& v, const std::string& path, const RequestLimits& lim,
+                       GenerationRequest& req) {
+  if (v.empty()) return invalid_request(fmt::format("'{}' must not be empty", path), path);
+  // A token stands for at least one byte of text, so the text limit bounds ids too.
+  if (v.size() > lim.max_content_bytes) {
+    return invalid_request(fmt::format("'{}' has {} tokens; at most {} are allowed", path, v.size(),
+                                       lim.max_content_bytes),
+                           path, "array_above_max_length");
+  }
+  const int64_t hi = lim.n_vocab > 0 ? lim.n_vocab - 1 : INT32_MAX;
+  const std::string what = fmt::format("a token id (an integer from 0 to {})", hi);
+  req.prompt_tokens.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t id = 0;
+    EDGELM_API_TRY(read_int(v[i], fmt::format("{}[{}]", path, i), 0, hi, what, id));
+    req.prompt_tokens.push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+// A string, an array of one string, an array of token ids, or an array of
+// one array of token ids.
+Err read_prompt(const json& body, const RequestLimits& lim, GenerationRequest& req) {
+  const json* v = field(body, "prompt");
+  if (!v) return invalid_request("'prompt' is required", "prompt", "missing_required_parameter");
+  if (v->is_string()) return read_prompt_text(*v, "prompt", lim, req);
+  if (!v->is_array()) {
+    return must_be("prompt", "a string or an array of token ids", *v, false);
+  }
+  if (v->empty()) return invalid_request("'prompt' must not be empty", "prompt");
+  const json& first = (*v)[0];
+  if (first.is_string() || first.is_array()) {
+    if (v->size() > 1) {
+      return invalid_request(
+          fmt::format("only one prompt per request is supported; 'prompt' has {}", v->size()),
+          "prompt", "unsupported_value");
+    }
+    if (first.is_string()) return read_prompt_text(first, "prompt[0]", lim, req);
+    return read_prompt_tokens(first, "prompt[0]", lim, req);
+  }
+  return read_prompt_tokens(*v, "prompt", lim, req);
+}
+
+Err read_completion(const json& body, const RequestLimits& lim, GenerationRequest& req) {
+  EDGELM_API_TRY(read_prompt(body, lim, req));
+  EDGELM_API_TRY(read_common(body, req));
+  if (const json* v = field(body, "logprobs")) {
+    int64_t n = 0;
+    EDGELM_API_TRY(read_int(*v, "logprobs", 0, kMaxTopLogprobs,
+                            fmt::format("an integer between 0 and {}", kMaxTopLogprobs), n));
+    req.top_logprobs = static_cast<int>(n);
+  }
+  bool echo = false;
+  EDGELM_API_TRY(read_bool(body, "echo", "echo", echo));
+  if (echo) return unsupported("echo", "'echo' is not supported");
+  if (const json* v = field(body, "best_of")) {
+    int64_t n = 0;
+    EDGELM_API_TRY(read_int(*v, "best_of", INT64_MIN, INT64_MAX, "an integer", n));
+    if (n != 1) {
+      return invalid_request(
+          fmt::format("'best_of' must be 1 (only best_of=1 is supported), got {}", describe(*v)),
+          "best_of", "unsupported_value");
+    }
+  }
+  std::string suffix;
+  EDGELM_API_TRY(read_string(body, "suffix", suffix));
+  if (!suffix.empty()) return unsupported("suffix", "'suffix' is not supported");
+  return std::nullopt;
+}
+
+ParsedRequest parse_request(std::string_view body, const RequestLimits& lim, bool chat) {
+  try {
+    json root;
+    if (Err e = parse_body(body, root)) return std::move(*e);
+    GenerationRequest req;
+    req.chat = chat;
+    if (Err e = chat ? read_chat(root, lim, req) : read_completion(root, lim, req)) {
+      return std::move(*e);
+    }
+    // Every range is checked above; this keeps the two checks from drifting apart.
+    if (Status st = req.sampling.validate(); !st.ok()) return invalid_request(st.message());
+    return req;
+  } catch (const std::exception& ex) {
+    // Out of memory or a bug: a 500 for this request, never a crash of the server.
+    ApiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.code = "internal_error";
+    e.message =
+        fmt::format("internal error while reading the request: {}", shorten(ex.what(), 200));
+    return e;
+  } catch (...) {
+    ApiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.code = "internal_error";
+    e.message = "internal error while reading the request";
+    return e;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Responses
+
+// Invalid UTF-8 (model output can hold partial characters) becomes U+FFFD
+// instead of an exception.
+std::string dump(const ojson& j) {
+  return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
+ojson nullable(std::string_view s) {
+  return s.empty() ? ojson(nullptr) : ojson(std::string(s));
+}
+
+// A float's shortest decimal form as a double, so -0.1f is sent as -0.1 and
+// not -0.10000000149011612.
+double tidy(float f) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f);
+  double d = f;
+  if (ec == std::errc()) std::from_chars(buf, end, d);
+  return d;
+}
+
+double logprob_out(float lp) {
+  if (!std::isfinite(lp) || lp < -9999.0f) return -9999.0;
+  return tidy(lp);
+}
+
+ojson bytes_of(std::string_view s) {
+  ojson a = ojson::array();
+  for (char c : s) a.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return a;
+}
+
+ojson chat_logprobs(const std::vector<TokenLogprobOut>* lp) {
+  if (!lp) return nullptr;
+  ojson content = ojson::array();
+  for (const TokenLogprobOut& t : *lp) {
+    ojson top = ojson::array();
+    for (const auto& [text, l] : t.top) {
+      ojson alt = ojson::object();
+      alt["token"] = valid_utf8(text);
+      alt["logprob"] = logprob_out(l);
+      alt["bytes"] = bytes_of(text);
+      top.push_back(std::move(alt));
+    }
+    ojson e = ojson::object();
+    e["token"] = valid_utf8(t.token);
+    e["logprob"] = logprob_out(t.logprob);
+    e["bytes"] = bytes_of(t.token);
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  ojson out = ojson::object();
+  out["content"] = std::move(content);
+  out["refusal"] = nullptr;
+  return out;
+}
+
+ojson completion_logprobs(const std::vector<TokenLogprobOut>* lp, size_t offset) {
+  if (!lp) return nullptr;
+  ojson tokens = ojson::array(), token_logprobs = ojson::array(), top = ojson::array(),
+        offsets = ojson::array();
+  for (const TokenLogprobOut& t : *lp) {
+    tokens.push_back(valid_utf8(t.token));
+    token_logprobs.push_back(logprob_out(t.logprob));
+    // A map from text to logprob: two tokens with the same text keep the first (likelier).
+    ojson alt = ojson::object();
+    for (const auto& [text, l] : t.top) {
+      std::string k = valid_utf8(text);
+      if (!alt.contains(k)) alt[k] = logprob_out(l);
+    }
+    top.push_back(std::move(alt));
+    offsets.push_back(offset);
+    offset += t.token.size();
+  }
+  ojson out = ojson::object();
+  out["tokens"] = std::move(tokens);
+  out["token_logprobs"] = std::move(token_logprobs);
+  out["top_logprobs"] = std::move(top);
+  out["text_offset"] = std::move(offsets);
+  return out;
+}
+
+ojson head(std::string_view id, const char* object, int64_t created, std::string_view model) {
+  ojson j = ojson::object();
+  j["id"] = std::string(id);
+  j["object"] = object;
+  j["created"] = created;
+  j["model"] = std::string(model);
+  return j;
+}
+
+void add_usage(ojson& j, const Usage& u) {
+  ojson usage = ojson::object();
+  usage["prompt_tokens"] = u.prompt_tokens;
+  usage["completion_tokens"] = u.completion_tokens;
+  usage["total_tokens"] = static_cast<int64_t>(u.prompt_tokens) + u.completion_tokens;
+  j["usage"] = std::move(usage);
+  if (u.prompt_tokens_dropped > 0) {
+    ojson ext = ojson::object();
+    ext["prompt_tokens_dropped"] = u.prompt_tokens_dropped;
+    j["edgelm"] = std::move(ext);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Public functions
+
+ApiError invalid_request(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.status = 400;
+  e.type = "invalid_request_error";
+  e.code = std::move(code);
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+std::string error_json(const ApiError& e) {
+  ojson err = ojson::object();
+  err["message"] = e.message;
+  err["type"] = e.type;
+  err["param"] = nullable(e.param);
+  err["code"] = nullable(e.code);
+  ojson j = ojson::object();
+  j["error"] = std::move(err);
+  return dump(j);
+}
+
+SamplingParams openai_default_sampling() {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.repeat_penalty = 1.0f;
+  p.presence_penalty = 0.0f;
+  p.frequency_penalty = 0.0f;
+  p.seed = 0;
+  return p;
+}
+
+ParsedRequest parse_chat_request(std::string_view body, const RequestLimits& limits) {
+  return parse_request(body, limits, true);
+}
+
+ParsedRequest parse_completion_request(std::string_view body, const RequestLimits& limits) {
+  return parse_request(body, limits, false);
+}
+
+std::string chat_completion_json(std::string_view id, int64_t created, std::string_view model,
+                                 std::string_view content, std::string_view finish_reason,
+                                 const Usage& usage, const std::vector<TokenLogprobOut>* logprobs) {
+  ojson message = ojson::object();
+  message["role"] = "assistant";
+  message["content"] = std::string(content);
+  ojson choice = ojson::object();
+  choice["index"] = 0;
+  choice["message"] = std::move(message);
+  choice["logprobs"] = chat_logprobs(logprobs);
+  choice["finish_reason"] = nullable(finish_reason);
+  ojson j = head(id, "chat.completion", created, model);
+  j["choices"] = ojson::array({std::move(choice)});
+  add_usage(j, usage);
+  return dump(j);
+}
+
+std::string chat_chunk_json(std::string_view id, int64_t created, std::string_view model,
+                            std::string_view delta_content, bool first,
+                            std::string_view finish_reason,
+                            const std::vector<TokenLogprobOut>* logprobs) {
+  ojson delta = ojson::object();
+  if (first) delta["role"] = "assistant";
+  if (first || !delta_content.empty() || finish_reason.empty()) {
+    delta["content"] = std::string(delta_content);
+  }
+  ojson choice = ojson::object();
+  choice["index"] = 0;
+  choice["delta"] = std::move(delta);
+  choice["logprobs"] = chat_logprobs(logprobs);
+  choice["finish_reason"] = nullable(finish_reason);
+  ojson j = head(id, "chat.completion.chunk", created, model);
+  j["choices"] = ojson::array({std::move(choice)});
+  return dump(j);
+}
+
+std::string usage_chunk_json(std::string_view id, int64_t created, std::string_view model,
+                             const Usage& usage, bool chat) {
+  ojson j = head(id, chat ? "chat.completion.chunk" : "text_completion", created, model);
+  j["choices"] = ojson::array();
+  add_usage(j, usage);
+  return dump(j);
+}
+
+std::string completion_json(std::string_view id, int64_t created, std::string_view model,
+                            std::string_view text, std::string_view finish_reason,
+                            const Usage& usage, const std::vector<TokenLogprobOut>* logprobs) {
+  ojson choice = ojson::object();
+  choice["text"] = std::string(text);
+  choice["index"] = 0;
+  choice["logprobs"] = completion_logprobs(logprobs, 0);
+  choice["finish_reason"] = nullable(finish_reason);
+  ojson j = head(id, "text_completion", created, model);
+  j["choices"] = ojson::array({std::move(choice)});
+  add_usage(j, usage);
+  return dump(j);
+}
+
+std::string completion_chunk_json(std::string_view id, int64_t created, std::string_view model,
+                                  std::string_view text, std::string_view finish_reason,
+                                  const std::vector<TokenLogprobOut>* logprobs,
+                                  size_t text_offset) {
+  ojson choice = ojson::object();
+  choice["text"] = std::string(text);
+  choice["index"] = 0;
+  choice["logprobs"] = completion_logprobs(logprobs, text_offset);
+  choice["finish_reason"] = nullable(finish_reason);
+  ojson j = head(id, "text_completion", created, model);
+  j["choices"] = ojson::array({std::move(choice)});
+  return dump(j);
+}
+
+std::string models_json(std::string_view model_id, int64_t created, std::string_view owned_by) {
+  ojson m = ojson::object();
+  m["id"] = std::string(model_id);
+  m["object"] = "model";
+  m["created"] = created;
+  m["owned_by"] = std::string(owned_by);
+  ojson j = ojson::object();
+  j["object"] = "list";
+  j["data"] = ojson::array({std::move(m)});
+  return dump(j);
+}
+
+std::string sse_event(std::string_view json_text) {
+  // Our JSON is one line; anything else is split into one "data:" line per
+  // line of text, as SSE requires, so it cannot end the event early.
+  std::string out;
+  out.reserve(json_text.size() + 8);
+  out += "data: ";
+  for (size_t i = 0; i < json_text.size(); ++i) {
+    const char c = json_text[i];
+    if (c == '\r' || c == '\n') {
+      if (c == '\r' && i + 1 < json_text.size() && json_text[i + 1] == '\n') ++i;
+      out += "\ndata: ";
+    } else {
+      out += c;
+    }
+  }
+  out += "\n\n";
+  return out;
+}
+
+const char* sse_done() {
+  return "data: [DONE]\n\n";
+}
+
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t bad = 0;
+    const size_t n = utf8_sequence(s, i, bad);
+    if (n > 0) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      i += bad;
+    }
+  }
+  return out;
+}
+
+}  // namespace edgelm::serve
