@@ -15,6 +15,8 @@ void register_commands(CLI::App& app) {
   add_run_command(app);
   add_tokenize_commands(app);
   add_synth_command(app);
+  add_bench_command(app);
+  add_load_command(app);
 }
 
 }  // namespace edgelm::tools

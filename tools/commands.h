@@ -16,5 +16,7 @@ void add_synth_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_load_command(CLI::App& app);
 
 }  // namespace edgelm::tools

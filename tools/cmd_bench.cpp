@@ -1,0 +1,252 @@
+// edgelm bench: end-to-end speed of the engine on a model — prompt
+// processing, single-stream decode, and aggregate decode at several stream
+// counts (continuous batching) — as medians of repeated runs; and a memory
+// bandwidth probe that gives the decode limit for the model.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "core/bytes.h"
+#include "core/region.h"
+#include "engine/engine.h"
+#include "tools/commands.h"
+#include "tools/options.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace edgelm::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using secs = std::chrono::duration<double>;
+
+struct BenchFlags {
+  PlanFlags plan;
+  int prompt = 128;
+  int gen = 64;
+  std::string streams = "1,2,4,8";
+  int reps = 3;
+  bool json = false;
+  bool bandwidth = false;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Sums n bytes (a multiple of 128) so that the loads, not the adds, limit it.
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t sum_avx2(const uint8_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  return static_cast<uint64_t>(_mm256_extract_epi64(a0, 0) + _mm256_extract_epi64(a0, 3));
+}
+#endif
+
+uint64_t sum_bytes(const uint8_t* p, size_t n) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) return sum_avx2(p, n);
+#endif
+  const uint64_t* a = reinterpret_cast<const uint64_t*>(p);
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (size_t i = 0; i < n / 8; i += 4) {
+    s0 += a[i];
+    s1 += a[i + 1];
+    s2 += a[i + 2];
+    s3 += a[i + 3];
+  }
+  return s0 + s1 + s2 + s3;
+}
+
+// Read bandwidth: every thread sums its share of a buffer larger than any
+// cache, several times; the best pass counts.
+double probe_bandwidth_gbs(int threads) {
+  const size_t bytes = size_t{1} << 30;
+  auto region = Region::map(bytes, "bandwidth probe");
+  if (!region.ok()) return 0;
+  uint8_t* p = region->data();
+  std::memset(p, 1, bytes);
+  std::vector<double> passes;
+  for (int pass = 0; pass < 5; ++pass) {
+    std::atomic<uint64_t> sink{0};
+    const auto t0 = Clock::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t) {
+      ts.emplace_back([&, t] {
+        const size_t per = bytes / static_cast<size_t>(threads) / 128 * 128;
+        sink.fetch_add(sum_bytes(p + per * static_cast<size_t>(t), per));
+      });
+    }
+    for (auto& th : ts) th.join();
+    const double s = secs(Clock::now() - t0).count();
+    if (sink.load() == 42) fmt::print("");  // keeps the sums alive
+    passes.push_back(static_cast<double>(bytes) / s / 1e9);
+  }
+  return *std::max_element(passes.begin(), passes.end());
+}
+
+std::vector<int32_t> random_prompt(int n, int n_vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(std::max(n_vocab - 1, 1)));
+  return p;
+}
+
+// Runs `k` requests at once (prompt of `prompt` tokens each, `gen` tokens out).
+// Returns {prefill seconds of the first request, aggregate decode tokens/s}.
+std::pair<double, double> run_streams(Engine& e, int k, int prompt, int gen, uint64_t seed) {
+  GenerateParams gp;
+  gp.sampling.temperature = 0;
+  gp.max_tokens = gen;
+  gp.ignore_eos = true;
+  std::vector<int> slots;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < k; ++i) {
+    const int s = e.try_acquire();
+    slots.push_back(s);
+    (void)e.submit(s, random_prompt(prompt, e.model().config.n_vocab, seed + static_cast<uint64_t>(i)), gp);
+  }
+  // Prefill ends when every stream has its first token; decode runs from
+  // there until the last stream ends.
+  double prefill = 0;
+  for (int i = 0; i < k; ++i) {
+    e.wait_for(slots[static_cast<size_t>(i)], 0, Clock::now() + std::chrono::minutes(10));
+    if (i == 0) prefill = secs(Clock::now() - t0).count();
+  }
+  const auto t1 = Clock::now();
+  for (int s : slots) {
+    while (e.finish(s) == Finish::None) e.wait_for(s, 1 << 30, Clock::now() + std::chrono::seconds(10));
+  }
+  const double dec = secs(Clock::now() - t1).count();
+  int tokens = 0;
+  for (int s : slots) tokens += e.wait_for(s, 1 << 30, Clock::now()) - 1;
+  for (int s : slots) e.release(s);
+  return {prefill, tokens / std::max(dec, 1e-9)};
+}
+
+int bench(const BenchFlags& f) {
+  auto model = Model::load(f.plan.model);
+  if (!model.ok()) {
+    fmt::print(stderr, "error: {}\n", model.message());
+    return 1;
+  }
+  const uint64_t weight_bytes = (*model)->weights.bytes();
+  std::vector<int> streams;
+  for (size_t p = 0; p < f.streams.size();) {
+    size_t q = f.streams.find(',', p);
+    if (q == std::string::npos) q = f.streams.size();
+    const int v = std::atoi(f.streams.substr(p, q - p).c_str());
+    if (v < 1 || v > 256) {
+      fmt::print(stderr, "error: --streams wants numbers 1..256, got '{}'\n", f.streams);
+      return 1;
+    }
+    streams.push_back(v);
+    p = q + 1;
+  }
+  if (std::find(streams.begin(), streams.end(), 1) == streams.end()) streams.insert(streams.begin(), 1);
+  const int max_streams = *std::max_element(streams.begin(), streams.end());
+  const int threads = f.plan.threads > 0 ? f.plan.threads : default_threads();
+
+  nlohmann::json out;
+  out["model"] = f.plan.model;
+  out["weights_bytes"] = weight_bytes;
+  out["threads"] = threads;
+  if (f.bandwidth) {
+    const double gbs = probe_bandwidth_gbs(threads);
+    out["bandwidth_gb_per_s"] = gbs;
+    out["decode_limit_tokens_per_s"] = gbs * 1e9 / static_cast<double>(weight_bytes);
+    if (!f.json)
+      fmt::print("read bandwidth {:.1f} GB/s with {} threads: decoding {} of weights is bounded near {:.1f} tokens/s\n",
+                 gbs, threads, format_bytes(weight_bytes), gbs * 1e9 / static_cast<double>(weight_bytes));
+  }
+
+  auto tok = tokenizer::Tokenizer::from_gguf((*model)->file);
+  if (!tok.ok()) {
+    fmt::print(stderr, "error: {}\n", tok.message());
+    return 1;
+  }
+  PlanFlags pf = f.plan;
+  pf.slots = max_streams;
+  pf.ctx = std::max(pf.ctx, f.prompt + f.gen + 8);
+  pf.batch = std::max(pf.batch, f.prompt);
+  auto plan = plan_from_flags(**model, pf);
+  if (!plan.ok() || !plan->fits()) {
+    fmt::print(stderr, "error: {}\n", plan.ok() ? "the benchmark's plan does not fit the budget" : plan.message());
+    return 2;
+  }
+  EngineOptions eo;
+  eo.threads = threads;
+  auto engine = Engine::create(std::move(model).value(), std::move(tok).value(), *plan, eo);
+  if (!engine.ok()) {
+    fmt::print(stderr, "error: {}\n", engine.message());
+    return 1;
+  }
+  Engine& e = **engine;
+  e.start();
+  (void)run_streams(e, 1, 8, 4, 1);  // warm-up: page in the weights
+
+  std::vector<double> pp, tg;
+  for (int r = 0; r < f.reps; ++r) {
+    auto [prefill, rate] = run_streams(e, 1, f.prompt, f.gen, 100 + static_cast<uint64_t>(r));
+    pp.push_back(f.prompt / prefill);
+    tg.push_back(rate);
+  }
+  out["prompt_tokens"] = f.prompt;
+  out["gen_tokens"] = f.gen;
+  out["prompt_tokens_per_s"] = median(pp);
+  out["decode_tokens_per_s"] = median(tg);
+  if (!f.json)
+    fmt::print("prompt {} tokens: {:.1f} tokens/s | decode {} tokens: {:.1f} tokens/s (median of {})\n", f.prompt,
+               median(pp), f.gen, median(tg), f.reps);
+  nlohmann::json arr = nlohmann::json::array();
+  for (int k : streams) {
+    std::vector<double> agg;
+    if (k == 1) {
+      agg = tg;
+    } else {
+      for (int r = 0; r < f.reps; ++r) agg.push_back(run_streams(e, k, 16, f.gen, 1000 + static_cast<uint64_t>(r * 97 + k)).second);
+    }
+    arr.push_back({{"streams", k}, {"decode_tokens_per_s", median(agg)}});
+    if (!f.json) fmt::print("  {} streams: {:.1f} tokens/s aggregate ({:.1f} per stream)\n", k, median(agg), median(agg) / k);
+  }
+  out["streams"] = arr;
+  if (f.json) fmt::print("{}\n", out.dump(2));
+  e.stop();
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Measure prompt, decode and batched decode tokens/s (medians)");
+  auto f = std::make_shared<BenchFlags>();
+  add_plan_flags(cmd, f->plan);
+  f->plan.budget = "auto";
+  cmd->add_option("-p,--prompt", f->prompt, "Prompt tokens")->capture_default_str()->check(CLI::Range(1, 65536));
+  cmd->add_option("-n,--gen", f->gen, "Generated tokens per stream")->capture_default_str()->check(CLI::Range(2, 65536));
+  cmd->add_option("--streams", f->streams, "Stream counts for aggregate decode, comma separated")->capture_default_str();
+  cmd->add_option("-r,--reps", f->reps, "Repetitions (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
+  cmd->add_flag("--json", f->json, "Print one JSON object");
+  cmd->add_flag("--bandwidth", f->bandwidth, "Also probe memory read bandwidth and the decode limit it implies");
+  cmd->callback([f] { set_exit_code(bench(*f)); });
+}
+
+}  // namespace edgelm::tools
