@@ -27,6 +27,16 @@ Isa lower(Isa isa) {
   }
 }
 
+#if defined(EDGELM_X86)
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does
+// not know the name.
+bool has_f16c() {
+  unsigned a, b, c, d;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+  return (c >> 29) & 1u;
+}
+#endif
+
 bool cpu_has(Isa isa) {
   switch (isa) {
     case Isa::Scalar:
@@ -36,8 +46,8 @@ bool cpu_has(Isa isa) {
     // compiler may use any of them, so all must be present. (libgcc also
     // checks that the OS saves the wider registers.)
     case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
+             __builtin_cpu_supports("bmi2");
     case Isa::Avx512:
       return cpu_has(Isa::Avx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
