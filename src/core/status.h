@@ -7,6 +7,7 @@
 #include <cassert>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -15,6 +16,21 @@ namespace edgelm {
 struct Error {
   std::string message;
 };
+
+// Text from outside (a name read from a file) made safe for a one-line
+// message: control bytes escaped as \xNN, cut to `max` bytes with "...".
+inline std::string printable(std::string_view s, size_t max = 200) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out.push_back(static_cast<char>(c));
+  }
+  return out;
+}
 
 template <typename... Args>
 Error make_error(fmt::format_string<Args...> f, Args&&... args) {

@@ -212,8 +212,9 @@ class Parser {
   }
 
  private:
+  // Names in `what` come from the file: the message is made one printable line.
   Error err(const std::string& what) const {
-    return make_error("{}: invalid GGUF at byte {}: {}", f_.path(), pos_, what);
+    return make_error("{}: invalid GGUF at byte {}: {}", f_.path(), pos_, printable(what, 300));
   }
   uint64_t remaining() const { return size_ - pos_; }
 
@@ -325,7 +326,7 @@ class Parser {
     for (const TensorInfo& t : f_.tensors_) {
       if (t.offset > data_size || t.nbytes > data_size - t.offset)
         return make_error("{}: tensor '{}' ({} bytes at data offset {}) runs past the end of the file ({} data bytes)",
-                          f_.path(), t.name, t.nbytes, t.offset, data_size);
+                          f_.path(), printable(t.name), t.nbytes, t.offset, data_size);
     }
     std::sort(order.begin(), order.end(),
               [&](size_t a, size_t b) { return f_.tensors_[a].offset < f_.tensors_[b].offset; });
@@ -333,7 +334,7 @@ class Parser {
       const TensorInfo& a = f_.tensors_[order[i - 1]];
       const TensorInfo& b = f_.tensors_[order[i]];
       if (a.nbytes > 0 && a.offset + a.nbytes > b.offset)
-        return make_error("{}: tensors '{}' and '{}' overlap", f_.path(), a.name, b.name);
+        return make_error("{}: tensors '{}' and '{}' overlap", f_.path(), printable(a.name), printable(b.name));
     }
     return Status::Ok();
   }

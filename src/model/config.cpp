@@ -37,7 +37,7 @@ Result<ModelConfig> load_config(const gguf::File& f) {
   else if (arch == "qwen3") c.arch = Arch::Qwen3;
   else
     return make_error("{}: architecture '{}' is not supported (edgelm runs llama, qwen2 and qwen3)", f.path(),
-                      arch);
+                      printable(arch));
   c.name = std::string(f.get_string_or("general.name", ""));
   const std::string p = c.arch_name + ".";
 
@@ -81,7 +81,7 @@ Result<ModelConfig> load_config(const gguf::File& f) {
     c.rope_scaling = RopeScaling::Linear;
     c.rope_scale = static_cast<float>(factor);
   } else {
-    return make_error("{}: rope.scaling.type '{}' is not supported (none and linear are)", f.path(), scaling);
+    return make_error("{}: rope.scaling.type '{}' is not supported (none and linear are)", f.path(), printable(scaling));
   }
   if (!(c.rope_scale > 0 && c.rope_scale < 1e4))
     return make_error("{}: rope.scaling.factor {} is out of range", f.path(), factor);

@@ -282,3 +282,18 @@ TEST(GgufShared, ReadsStories260K) {
 
 }  // namespace
 }  // namespace edgelm::gguf
+
+namespace edgelm::gguf {
+namespace {
+
+// Found by fuzz_gguf: a key name with a newline made a two-line error.
+TEST(GgufHostile, ErrorsStayOneLineWhateverTheNames) {
+  Writer w;
+  w.set_u32("evil\nkey", 1);
+  auto b = w.to_bytes();
+  poke<uint32_t>(b, 24 + 8 + 8, 99);  // the value type of "evil\nkey"
+  expect_error(b, "evil\\x0akey");
+}
+
+}  // namespace
+}  // namespace edgelm::gguf
