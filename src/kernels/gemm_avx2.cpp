@@ -24,8 +24,6 @@ namespace {
 
 using namespace avx2;
 
-constexpr int kPrefetchBytes = 1024;  // weight rows are prefetched this far ahead
-
 // ---- float weights: y = sum(w * x) ---------------------------------------------
 
 struct LoadF32 {
@@ -166,7 +164,7 @@ struct LegacyKernel {
       }
       for (int i = 0; i < R; ++i) {
         const WB& wb = w.p[i][b];
-        _mm_prefetch(reinterpret_cast<const char*>(&wb) + kPrefetchBytes, _MM_HINT_T0);
+        prefetch_weights(&wb, R * w.stride, 1);
         const __m256i v = F::values(wb);
         const __m256 wd = _mm256_set1_ps(half_to_float(wb.d));
         if constexpr (F::kAffine) {

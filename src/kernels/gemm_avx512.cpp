@@ -25,10 +25,6 @@ namespace {
 
 using namespace avx512;
 
-// How far ahead of the current block each weight row is prefetched. The row
-// tiles read R streams at once, more than the L2 streamer follows well.
-constexpr int kPrefetchBytes = 1024;
-
 // ---- float weights: y = sum(w * x) ---------------------------------------------
 
 // 16 weights as f32, from each storage type; `m` masks a row tail.
@@ -213,7 +209,7 @@ struct LegacyKernel {
     for (int j = 0; j < T; ++j) xa[j] = load_act<kPair>(x.p[j] + b);
     for (int i = 0; i < R; ++i) {
       const WB* wb = w.p[i] + b;
-      _mm_prefetch(reinterpret_cast<const char*>(wb) + kPrefetchBytes, _MM_HINT_T0);
+      prefetch_weights(wb, R * w.stride, 1);
       const __m512i q = F::template quants<kPair>(wb);
       const __m512 d = half_pair(wb[0].d, kPair ? wb[1].d : uint16_t{0});
       __m512 m = _mm512_setzero_ps();

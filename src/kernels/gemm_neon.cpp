@@ -161,7 +161,7 @@ struct LegacyKernel {
       }
       for (int i = 0; i < R; ++i) {
         const WB& wb = w.p[i][b];
-        __builtin_prefetch(reinterpret_cast<const char*>(&wb) + 1024);
+        prefetch_weights(&wb, R * w.stride, 1);
         const Vals v = F::values(wb);
         const float wd = half_to_float(wb.d);
         for (int j = 0; j < T; ++j) {

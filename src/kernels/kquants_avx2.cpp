@@ -26,8 +26,6 @@ namespace {
 
 using namespace avx2;
 
-constexpr int kPrefetchBytes = 1024;
-
 // Decoded per-row state of one super-block.
 struct KRow {
   __m256i sc[2];  // scales 0-7 and 8-15, each as int16 twice in an int32 lane
@@ -224,10 +222,7 @@ struct KKernel {
     for (int64_t sb = 0; sb < nb; ++sb) {
       KRow s[R];
       for (int i = 0; i < R; ++i) {
-        _mm_prefetch(reinterpret_cast<const char*>(&w.p[i][sb]) + kPrefetchBytes, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(&w.p[i][sb]) + kPrefetchBytes + 64, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(&w.p[i][sb]) + kPrefetchBytes + 128,
-                     _MM_HINT_T0);
+        prefetch_weights(&w.p[i][sb], R * w.stride, sizeof(WB));
         s[i] = F::prepare(w.p[i][sb]);
       }
       __m256i isum[R][T];

@@ -241,7 +241,10 @@ struct KKernel {
     const int64_t nb = a.n / kQK_K;
     for (int64_t sb = 0; sb < nb; ++sb) {
       KRow s[R];
-      for (int i = 0; i < R; ++i) s[i] = F::prepare(w.p[i][sb]);
+      for (int i = 0; i < R; ++i) {
+        prefetch_weights(&w.p[i][sb], R * w.stride, sizeof(WB));
+        s[i] = F::prepare(w.p[i][sb]);
+      }
       __m512i isum[R][T];
       for (int i = 0; i < R; ++i) {
         for (int j = 0; j < T; ++j) {

@@ -173,7 +173,7 @@ struct KKernel {
     for (int64_t sb = 0; sb < nb; ++sb) {
       KRow s[R];
       for (int i = 0; i < R; ++i) {
-        __builtin_prefetch(reinterpret_cast<const char*>(&w.p[i][sb]) + 1024);
+        prefetch_weights(&w.p[i][sb], R * w.stride, sizeof(WB));
         F::prepare(w.p[i][sb], &s[i]);
       }
       int32x4_t isum[R][T];

@@ -19,7 +19,7 @@
 // translation unit.
 #pragma once
 
-#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/kernels.h"
@@ -28,6 +28,7 @@ namespace edgelm::kernels {
 namespace {
 
 constexpr size_t kTokenChunkBytes = 256 * 1024;
+constexpr int kPrefetchLocality = 2;  // __builtin_prefetch: 3 = all levels, 2 = L2 and out
 
 // Dispatches a runtime tail count 1 <= rem < T to the matching template.
 template <class K, int R, int T>
@@ -50,22 +51,37 @@ inline void token_tiles(const GemmArgs& a, int64_t r, int64_t t0, int64_t t1) {
 
 template <class K>
 void run_tiles(const GemmArgs& a, int64_t r0, int64_t r1) {
-  const int64_t per_chunk = std::max<int64_t>(
-      K::kToks, static_cast<int64_t>(kTokenChunkBytes / std::max<size_t>(a.x_stride, 1)) /
-                    K::kToks * K::kToks);
+  // Tokens per chunk: a multiple of the token tile, at least one tile. (No
+  // std::min/max: a copy of them emitted from a SIMD file could be the one the
+  // linker keeps for portable code too; see fp16.h.)
+  const size_t row = a.x_stride > 0 ? a.x_stride : 1;
+  int64_t per_chunk = static_cast<int64_t>(kTokenChunkBytes / row) / K::kToks * K::kToks;
+  if (per_chunk < K::kToks) per_chunk = K::kToks;
   for (int64_t t0 = 0; t0 < a.n_tok; t0 += per_chunk) {
-    const int64_t t1 = std::min(a.n_tok, t0 + per_chunk);
+    const int64_t t1 = t0 + per_chunk < a.n_tok ? t0 + per_chunk : a.n_tok;
     int64_t r = r0;
     for (; r + K::kRows <= r1; r += K::kRows) token_tiles<K, K::kRows>(a, r, t0, t1);
     for (; r < r1; ++r) token_tiles<K, 1>(a, r, t0, t1);
   }
 }
 
+// Software prefetch for the weight stream. Rows are contiguous, so the bytes
+// a row tile reads next are those of the following tile: each kernel asks for
+// the lines `ahead` = R * w_stride past the block it is decoding, into L2.
+// (Hardware prefetchers follow one stream well, but a tile walks R rows in
+// lock step, which for short rows looks like scattered accesses.) Prefetches
+// past the end of the matrix are harmless: they never fault.
+inline void prefetch_weights(const void* p, size_t ahead, int bytes) {
+  const char* c = static_cast<const char*>(p) + ahead;
+  for (int off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, kPrefetchLocality);
+}
+
 // Row and token pointers of a tile.
 template <class W, int R>
 struct RowPtrs {
   const W* p[R];
-  RowPtrs(const GemmArgs& a, int64_t r) {
+  size_t stride;  // bytes between rows
+  RowPtrs(const GemmArgs& a, int64_t r) : stride(a.w_stride) {
     for (int i = 0; i < R; ++i) {
       p[i] = reinterpret_cast<const W*>(static_cast<const uint8_t*>(a.w) + (r + i) * a.w_stride);
     }

@@ -119,6 +119,9 @@ std::vector<Shape> shapes_for(DType t) {
     }
   }
   s.push_back({bs, 64, 32, 0, 64});
+  // Enough tokens of a long row that the gemm splits them into several
+  // chunks (tile_driver.h keeps ~256 KiB of activations per chunk).
+  s.push_back({4096, 5, 70, 0, 5});
   s.push_back({std::max<int64_t>(bs, 1536), 9, 9, 1, 9});
   return s;
 }
