@@ -67,6 +67,7 @@ struct FloatKernel {
       __m256 xv[T];
       for (int j = 0; j < T; ++j) xv[j] = _mm256_loadu_ps(x.p[j] + k);
       for (int i = 0; i < R; ++i) {
+        prefetch_weights(w.p[i] + k, R * w.stride, 1);
         const __m256 wv = L::load(w.p[i] + k);
         for (int j = 0; j < T; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
       }

@@ -72,6 +72,7 @@ struct FloatKernel {
       __m512 xv[T];
       for (int j = 0; j < T; ++j) xv[j] = _mm512_loadu_ps(x.p[j] + k);
       for (int i = 0; i < R; ++i) {
+        prefetch_weights(w.p[i] + k, R * w.stride, 1);
         const __m512 wv = L::load(w.p[i] + k);
         for (int j = 0; j < T; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
       }

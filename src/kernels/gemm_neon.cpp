@@ -66,6 +66,7 @@ struct FloatKernel {
       float32x4_t xv[T];
       for (int j = 0; j < T; ++j) xv[j] = vld1q_f32(x.p[j] + k);
       for (int i = 0; i < R; ++i) {
+        prefetch_weights(w.p[i] + k, R * w.stride, 1);
         const float32x4_t wv = L::load(w.p[i] + k);
         for (int j = 0; j < T; ++j) acc[i][j] = vfmaq_f32(acc[i][j], wv, xv[j]);
       }
