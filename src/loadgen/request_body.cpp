@@ -1,0 +1,54 @@
+#include "loadgen/request_body.h"
+
+#include <array>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string_view>
+
+namespace edgelm::loadgen {
+
+namespace {
+
+// 64 words, each " xyz" a single token in the common byte-level BPE vocabularies.
+constexpr std::array<std::string_view, 64> kWords = {
+    "the", "and", "for", "you", "not", "are", "but", "was", "all", "any", "can", "had", "her",
+    "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new", "now", "old",
+    "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use",
+    "car", "sun", "sea", "red", "big", "cat", "dog", "run", "eat", "top", "end", "why", "ask",
+    "men", "off", "own", "set", "try", "yes", "box", "cup", "far", "got", "hot", "low"};
+
+}  // namespace
+
+std::string make_prompt(int n_tokens, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s;
+  s.reserve(static_cast<size_t>(std::max(n_tokens, 0)) * 4);
+  for (int i = 0; i < n_tokens; ++i) {
+    if (i > 0) s.push_back(' ');
+    s.append(kWords[rng() % kWords.size()]);
+  }
+  return s;
+}
+
+std::string make_body(const BodyOptions& o, const std::string& prompt) {
+  nlohmann::json j;
+  if (!o.model.empty()) j["model"] = o.model;
+  if (o.chat)
+    j["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", prompt}}});
+  else
+    j["prompt"] = prompt;
+  j["max_tokens"] = o.max_tokens;
+  j["temperature"] = o.temperature;
+  j["ignore_eos"] = true;
+  if (o.stream) {
+    j["stream"] = true;
+    j["stream_options"] = {{"include_usage", true}};
+  }
+  return j.dump();
+}
+
+const char* route(bool chat) {
+  return chat ? "/v1/chat/completions" : "/v1/completions";
+}
+
+}  // namespace edgelm::loadgen
