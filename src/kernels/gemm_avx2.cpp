@@ -54,6 +54,7 @@ struct LoadBF16 {
 template <class L>
 struct FloatKernel {
   static constexpr int kRows = 2, kToks = 4;
+  static constexpr int kDecodeRows = 2;
 
   template <int R, int T>
   static void tile(const GemmArgs& a, int64_t r, int64_t t) {
@@ -144,6 +145,7 @@ struct LegacyKernel {
   using WB = typename F::WB;
   using XB = typename F::XB;
   static constexpr int kRows = 2, kToks = 2;
+  static constexpr int kDecodeRows = 2;
 
   template <int R, int T>
   static void tile(const GemmArgs& a, int64_t r, int64_t t) {

@@ -59,6 +59,7 @@ struct LoadBF16 {
 template <class L>
 struct FloatKernel {
   static constexpr int kRows = 4, kToks = 4;
+  static constexpr int kDecodeRows = 4;
 
   template <int R, int T>
   static void tile(const GemmArgs& a, int64_t r, int64_t t) {
@@ -175,6 +176,7 @@ struct LegacyKernel {
   using XB = typename F::XB;
   static constexpr bool kAffine = F::kOffset == 0;  // has a min: x = d*q + m
   static constexpr int kRows = 4, kToks = 3;        // 12 accumulators + 9 token registers
+  static constexpr int kDecodeRows = 8;
 
   // Activation state of one token for one step of two blocks.
   struct Act {

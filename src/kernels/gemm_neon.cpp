@@ -53,6 +53,7 @@ struct LoadBF16 {
 template <class L>
 struct FloatKernel {
   static constexpr int kRows = 4, kToks = 4;
+  static constexpr int kDecodeRows = 4;
 
   template <int R, int T>
   static void tile(const GemmArgs& a, int64_t r, int64_t t) {
@@ -143,6 +144,7 @@ struct LegacyKernel {
   using WB = typename F::WB;
   using XB = typename F::XB;
   static constexpr int kRows = 4, kToks = 4;
+  static constexpr int kDecodeRows = 4;
 
   template <int R, int T>
   static void tile(const GemmArgs& a, int64_t r, int64_t t) {

@@ -196,6 +196,7 @@ template <class F>
 struct KKernel {
   using WB = typename F::WB;
   static constexpr int kRows = 2, kToks = 2;
+  static constexpr int kDecodeRows = 2;
 
   // The int16 scale pairs of chunk j: lanes 0-3 sub-block 2j and lanes 4-7
   // sub-block 2j + 1 (16-element sub-blocks), or all lanes sub-block j.

@@ -214,7 +214,8 @@ struct Q6KFmt {
 template <class F>
 struct KKernel {
   using WB = typename F::WB;
-  static constexpr int kRows = 4, kToks = 2;
+  static constexpr int kRows = 2, kToks = 4;
+  static constexpr int kDecodeRows = 4;
 
   // Lane i of the pair sums of chunk c belongs to sub-block 2c + i/16
   // (32-element sub-blocks) or 4c + i/8 (16-element ones).

@@ -158,6 +158,7 @@ template <class F>
 struct KKernel {
   using WB = typename F::WB;
   static constexpr int kRows = 4, kToks = 2;
+  static constexpr int kDecodeRows = 4;
   static constexpr int kG = F::kGroupsPerScale;
 
   template <int R, int T>

@@ -4,6 +4,9 @@
 //   template <int R, int T> static void K::tile(const GemmArgs& a, int64_t r, int64_t t);
 //     // y[(t + j) * ldy + r + i] for i < R, j < T
 //   static constexpr int kRows, kToks;  // the full tile
+//   static constexpr int kDecodeRows;   // rows per tile for a single token
+//                                       // (decode: no reuse across tokens, so
+//                                       // registers go to more row streams)
 //
 // Each weight block is decoded once per tile and used for T tokens, and each
 // activation block once per tile for R rows. Loop order, outermost first:
@@ -49,6 +52,13 @@ inline void token_tiles(const GemmArgs& a, int64_t r, int64_t t0, int64_t t1) {
   if (t < t1) token_tail<K, R, K::kToks - 1>(a, r, t, t1 - t);
 }
 
+template <class K, int R>
+inline void row_tiles(const GemmArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) token_tiles<K, R>(a, r, t0, t1);
+  for (; r < r1; ++r) token_tiles<K, 1>(a, r, t0, t1);
+}
+
 template <class K>
 void run_tiles(const GemmArgs& a, int64_t r0, int64_t r1) {
   // Tokens per chunk: a multiple of the token tile, at least one tile. (No
@@ -59,9 +69,11 @@ void run_tiles(const GemmArgs& a, int64_t r0, int64_t r1) {
   if (per_chunk < K::kToks) per_chunk = K::kToks;
   for (int64_t t0 = 0; t0 < a.n_tok; t0 += per_chunk) {
     const int64_t t1 = t0 + per_chunk < a.n_tok ? t0 + per_chunk : a.n_tok;
-    int64_t r = r0;
-    for (; r + K::kRows <= r1; r += K::kRows) token_tiles<K, K::kRows>(a, r, t0, t1);
-    for (; r < r1; ++r) token_tiles<K, 1>(a, r, t0, t1);
+    if (t1 - t0 == 1) {
+      row_tiles<K, K::kDecodeRows>(a, r0, r1, t0, t1);
+    } else {
+      row_tiles<K, K::kRows>(a, r0, r1, t0, t1);
+    }
   }
 }
 
