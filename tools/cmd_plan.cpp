@@ -7,6 +7,7 @@
 #include "core/bytes.h"
 #include "engine/memory_plan.h"
 #include "model/model.h"
+#include "serve/server.h"
 #include "tools/commands.h"
 #include "tools/options.h"
 
@@ -36,12 +37,57 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
   return j;
 }
 
+namespace {
+
+// systemd's memory limits for `edgelm serve` with this plan, as a drop-in.
+// The plan counts what edgelm allocates; the process also maps its binary and
+// shared libraries, thread stacks and the allocator's own slack (about 11 MiB
+// resident for the tiny test model, little of it growing with the model), so
+// each limit is a fraction of the total plus a fixed allowance:
+//   MemoryHigh = total + 5% + 32 MiB: normal serving stays under it. Above it
+//     the kernel reclaims and throttles the service; edgelm sees that as
+//     memory pressure (PSI) and answers 503, so a load balancer sends work to
+//     other nodes instead of the board swapping weights in and out.
+//   MemoryMax = total + 15% + 64 MiB: the hard wall (OOM kill, then
+//     Restart=on-failure). The gap keeps 'auto' budgets working inside the
+//     cgroup: the budget is (MemoryMax - usage) less the 10% reserve, still
+//     above the total, and the working set stays under the 95% of the limit
+//     at which edgelm itself reports pressure.
+std::string systemd_dropin(const MemoryPlan& p) {
+  constexpr uint64_t MiB = 1 << 20;
+  auto limit = [&](double fraction, uint64_t fixed) {
+    const auto bytes =
+        static_cast<uint64_t>(static_cast<double>(p.total) * (1.0 + fraction)) + fixed;
+    return (bytes + MiB - 1) / MiB;  // whole MiB, rounded up
+  };
+  std::string o;
+  o += fmt::format("# edgelm plan: {}\n", plan_one_line(p));
+  o += "# MemoryHigh = total + 5% + 32 MiB (reclaim and throttle above; edgelm then answers 503)\n";
+  o += "# MemoryMax  = total + 15% + 64 MiB (hard limit: OOM kill, then Restart=on-failure)\n";
+  o += fmt::format("# Serve with the same slots ({}) and ctx ({}) in /etc/edgelm/edgelm.toml.\n",
+                   p.slots, p.ctx);
+  o += "# Save as /etc/systemd/system/edgelm.service.d/memory.conf; systemctl daemon-reload\n";
+  o += "[Service]\n";
+  o += fmt::format("MemoryHigh={}M\n", limit(0.05, 32 * MiB));
+  o += fmt::format("MemoryMax={}M\n", limit(0.15, 64 * MiB));
+  // Swapped-out KV cache or scratch would make the plan's "resident" a lie.
+  o += "MemorySwapMax=0\n";
+  return o;
+}
+
+}  // namespace
+
 void add_plan_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Compute the memory plan (weights + scratch + KV) against a budget");
   auto opts = std::make_shared<PlanFlags>();
   auto json = std::make_shared<bool>(false);
   add_plan_flags(cmd, *opts);
-  cmd->add_flag("--json", *json, "Print the plan as JSON");
+  auto* json_opt = cmd->add_flag("--json", *json, "Print the plan as JSON");
+  auto systemd = std::make_shared<bool>(false);
+  cmd->add_flag("--systemd", *systemd,
+                "Print MemoryHigh=/MemoryMax= for edgelm.service (a drop-in), from the plan "
+                "edgelm serve makes (HTTP buffers included)")
+      ->excludes(json_opt);
   cmd->callback([=] {
     auto m = Model::load(opts->model);
     if (!m.ok()) {
@@ -49,14 +95,29 @@ void add_plan_command(CLI::App& app) {
       set_exit_code(1);
       return;
     }
-    auto plan = plan_from_flags(**m, *opts);
+    // --systemd: the plan edgelm serve makes, which also holds its HTTP
+    // buffers (sized for the default HTTP options).
+    const uint64_t extra = *systemd ? serve::server_buffer_bytes(serve::ServerOptions{},
+                                                                 opts->slots > 0 ? opts->slots : 64)
+                                    : 0;
+    auto plan = plan_from_flags(**m, *opts, extra);
     if (!plan.ok()) {
       fmt::print(stderr, "error: {}\n", plan.message());
       set_exit_code(1);
       return;
     }
-    if (*json) fmt::print("{}\n", plan_to_json(*plan).dump(2));
-    else fmt::print("{}", format_plan(*plan));
+    if (*systemd) {
+      fmt::print("{}", systemd_dropin(*plan));
+      if (!plan->fits())
+        fmt::print(
+            stderr,
+            "warning: the plan does not fit this machine's budget ({}); the limits are for a board "
+            "where it does\n",
+            plan->budget.source);
+    } else if (*json)
+      fmt::print("{}\n", plan_to_json(*plan).dump(2));
+    else
+      fmt::print("{}", format_plan(*plan));
     set_exit_code(plan->fits() ? 0 : 2);
   });
 }

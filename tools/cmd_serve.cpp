@@ -5,12 +5,14 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "core/bytes.h"
 #include "engine/engine.h"
 #include "serve/server.h"
 #include "tools/commands.h"
+#include "tools/config_file.h"
 #include "tools/options.h"
 
 namespace edgelm::tools {
@@ -119,6 +121,26 @@ int serve_main(ServeFlags f) {
 void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   auto f = std::make_shared<ServeFlags>();
+  // --config is added first: CLI11 runs option callbacks in the order they
+  // were added, and all of them before it checks required flags, so the file
+  // fills the options the command line left unset (flags win) and may give
+  // the model. Without --config, the default file is read if it exists.
+  auto config_used = std::make_shared<std::string>();
+  cmd->add_option_function<std::string>(
+         "--config",
+         [cmd, config_used](const std::string& given) {
+           if (!cmd->parsed() || cmd->get_help_ptr()->count() > 0) return;
+           std::error_code ec;
+           if (given.empty() && !std::filesystem::is_regular_file(kDefaultConfigPath, ec)) return;
+           const std::string path = given.empty() ? kDefaultConfigPath : given;
+           if (Status st = apply_config_file(*cmd, path); !st.ok())
+             throw CLI::ConfigError("error: " + st.message(), 1);
+           *config_used = path;
+         },
+         fmt::format("TOML file whose keys are these flags' long names; flags override it "
+                     "(default: {} if it exists)",
+                     kDefaultConfigPath))
+      ->force_callback();
   add_plan_flags(cmd, f->plan);
   auto& s = f->server;
   cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
@@ -142,7 +164,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--mlock", f->mlock, "Lock weights and KV cache in RAM");
   cmd->add_option("--debug-step-ms", f->debug_step_ms, "Testing: every engine step takes at least this long ...");
   cmd->add_option("--debug-token-ms", f->debug_token_ms, "Testing: ... plus this long per token in the step");
-  cmd->callback([f] { set_exit_code(serve_main(*f)); });
+  cmd->callback([f, config_used] {
+    if (!config_used->empty()) spdlog::info("[INIT] config {}", *config_used);
+    set_exit_code(serve_main(*f));
+  });
 }
 
 }  // namespace edgelm::tools
