@@ -211,10 +211,13 @@ TEST(GemmDispatch, DetectsTheCpusIsas) {
     return false;
   };
 #if defined(__x86_64__)
-  EXPECT_EQ(has(Isa::Avx2), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") != 0);
-  EXPECT_EQ(has(Isa::Avx512), __builtin_cpu_supports("avx512vnni") &&
-                                  __builtin_cpu_supports("avx512bw") &&
-                                  __builtin_cpu_supports("avx512vl") != 0);
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+  EXPECT_EQ(has(Isa::Avx2), avx2);
+  EXPECT_EQ(has(Isa::Avx512), avx512);
   EXPECT_FALSE(has(Isa::Neon));
 #elif defined(__aarch64__)
   EXPECT_TRUE(has(Isa::Neon));
