@@ -32,7 +32,9 @@ Result<Truncate> parse_truncate(std::string_view s) {
 namespace {
 
 int http_threads_for(const ServerOptions& o, int slots) {
-  return o.http_threads > 0 ? o.http_threads : slots + o.admission.queue + 8;
+  // Every streaming request holds a worker; the rest answer refusals, health
+  // checks and metrics, and absorb slow clients until their read timeout.
+  return o.http_threads > 0 ? o.http_threads : std::max(32, slots + o.admission.queue + 16);
 }
 
 // Set on the thread that answers connections over the cap, so the

@@ -32,8 +32,8 @@ struct ServerOptions {
   AdmissionOptions admission;
   Truncate truncate = Truncate::KeepEnd;
   int default_max_tokens = 1024;        // when a request gives none (still clamped to the slot)
-  size_t max_body_bytes = 1 << 20;
-  int http_threads = 0;                 // 0: slots + queue + 8 spare workers
+  size_t max_body_bytes = 256 << 10;   // a 4096-token prompt is ~16 KiB of text
+  int http_threads = 0;                 // 0: max(32, slots + queue + 16)
   int max_connections = 0;              // beyond this, connections get 503 at once; 0: 4 x http_threads
   int read_timeout_s = 10;              // a client must send its request within this
   int write_timeout_s = 10;

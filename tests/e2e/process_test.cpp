@@ -1,0 +1,270 @@
+// The edgelm binary as a user runs it: exit codes and messages at start-up,
+// SIGTERM under load, slow and flooding clients.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "model/synth.h"
+#include "testutil.h"
+
+namespace edgelm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string tiny_model() {
+  const std::string path = test::temp_path("e2e-tiny-llama-Q8_0.gguf");
+  if (!std::filesystem::exists(path)) {
+    SynthOptions o;
+    o.shape = "tiny-llama";
+    o.ftype = "Q8_0";
+    o.output = path;
+    EXPECT_TRUE(write_synthetic_model(o).ok());
+  }
+  return path;
+}
+
+// A child process with its stdout+stderr captured into a file.
+struct Proc {
+  pid_t pid = -1;
+  std::string log;
+
+  Proc(std::vector<std::string> args, const std::string& name) {
+    log = test::temp_path(name + ".log");
+    pid = fork();
+    if (pid == 0) {
+      FILE* f = std::fopen(log.c_str(), "w");
+      dup2(fileno(f), 1);
+      dup2(fileno(f), 2);
+      std::vector<char*> argv;
+      std::string exe = EDGELM_EXE;
+      argv.push_back(exe.data());
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe.c_str(), argv.data());
+      _exit(127);
+    }
+  }
+  ~Proc() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  std::string output() const {
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // Exit code, or -1 on timeout (-signal when killed by a signal).
+  int wait(double seconds) {
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < end) {
+      int st = 0;
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1000;
+  }
+  // The port from the "[INIT] listening on http://host:PORT" line.
+  int port(double seconds = 20) const {
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    const std::regex re("listening on http://[^:]+:([0-9]+)");
+    while (Clock::now() < end) {
+      std::smatch m;
+      const std::string out = output();
+      if (std::regex_search(out, m, re)) return std::stoi(m[1]);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+};
+
+std::string body(int max_tokens, bool stream) {
+  return nlohmann::json({{"prompt", "once upon a time"}, {"max_tokens", max_tokens}, {"stream", stream}, {"ignore_eos", true}})
+      .dump();
+}
+
+TEST(Process, RefusesToStartOverBudgetAndSaysWhatFits) {
+  Proc p({"serve", "-m", tiny_model(), "--slots", "64", "--ctx", "2048", "--memory-budget", "160MiB", "--port", "0"},
+         "overbudget");
+  EXPECT_EQ(p.wait(30), 2);
+  const std::string out = p.output();
+  EXPECT_NE(out.find("DOES NOT FIT"), std::string::npos) << out;
+  EXPECT_NE(out.find("would fit: --slots"), std::string::npos) << out;
+  EXPECT_EQ(out.find("listening"), std::string::npos);
+}
+
+TEST(Process, CorruptAndTruncatedModelsFailClearly) {
+  const std::string good = tiny_model();
+  std::ifstream in(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string truncated = test::temp_path("truncated.gguf");
+  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  const std::string garbage = test::temp_path("garbage.gguf");
+  std::ofstream(garbage, std::ios::binary) << std::string(4096, '\x5a');
+  std::string flipped = bytes;
+  flipped[17] = '\x7f';  // the metadata count's high byte
+  const std::string corrupt = test::temp_path("corrupt.gguf");
+  std::ofstream(corrupt, std::ios::binary) << flipped;
+  for (const auto& [file, needle] : std::vector<std::pair<std::string, std::string>>{
+           {truncated, "runs past the end"}, {garbage, "not a GGUF file"}, {corrupt, "invalid GGUF"},
+           {test::temp_path("missing.gguf"), "cannot open"}}) {
+    for (const char* cmd : {"serve", "info", "run"}) {
+      std::vector<std::string> args = {cmd, "-m", file};
+      if (std::string(cmd) == "run") args.insert(args.end(), {"-p", "x"});
+      Proc p(args, std::string("bad-") + cmd);
+      EXPECT_EQ(p.wait(30), 1) << cmd << " " << file;
+      const std::string out = p.output();
+      EXPECT_NE(out.find("error: "), std::string::npos) << out;
+      EXPECT_NE(out.find(needle), std::string::npos) << cmd << " " << file << ": " << out;
+      EXPECT_EQ(out.find("Segmentation"), std::string::npos);
+    }
+  }
+}
+
+// SIGTERM while streams run: they finish, new requests get 503, exit 0.
+TEST(Process, DrainsOnSigtermUnderLoad) {
+  Proc p({"serve", "-m", tiny_model(), "--slots", "2", "--ctx", "256", "--port", "0", "--threads", "1",
+          "--debug-step-ms", "20"},
+         "drain");
+  const int port = p.port();
+  ASSERT_GT(port, 0) << p.output();
+  auto stream = [&] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30, 0);
+    return c.Post("/v1/completions", body(60, true), "application/json");  // ~1.2 s
+  };
+  auto a = std::async(std::launch::async, stream);
+  auto b = std::async(std::launch::async, stream);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(kill(p.pid, SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  httplib::Client c("127.0.0.1", port);
+  auto refused = c.Post("/v1/completions", body(5, false), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(nlohmann::json::parse(refused->body)["error"]["code"], "draining");
+  auto ready = c.Get("/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  for (auto* f : {&a, &b}) {
+    auto r = f->get();
+    ASSERT_TRUE(r) << "an admitted request lost its reply";
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos);
+    EXPECT_NE(r->body.find("\"finish_reason\":\"length\""), std::string::npos);
+  }
+  EXPECT_EQ(p.wait(20), 0) << p.output();
+}
+
+int connect_to(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Clients that send a byte now and then hold a worker each until the read
+// timeout; the server keeps answering everyone else meanwhile.
+TEST(Process, SlowClientsDoNotStarveOthers) {
+  Proc p({"serve", "-m", tiny_model(), "--slots", "2", "--ctx", "256", "--port", "0", "--threads", "1",
+          "--read-timeout", "2"},
+         "slowloris");
+  const int port = p.port();
+  ASSERT_GT(port, 0) << p.output();
+  std::vector<int> slow;
+  for (int i = 0; i < 12; ++i) {
+    int fd = connect_to(port);
+    ASSERT_GE(fd, 0);
+    (void)!::send(fd, "POST /v1/completions HTTP/1.1\r\n", 31, MSG_NOSIGNAL);
+    slow.push_back(fd);
+  }
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10, 0);
+  const auto t0 = Clock::now();
+  auto r = c.Get("/health");
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(sec, 0.5) << "a health check waited behind slow clients";
+  auto g = c.Post("/v1/completions", body(4, false), "application/json");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->status, 200);
+  // The slow ones are cut off after the read timeout.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  int closed = 0;
+  for (int fd : slow) {
+    char buf[256];
+    timeval tv{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    closed += n >= 0;  // EOF or an error reply: the server let go
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, 12);
+  kill(p.pid, SIGTERM);
+  EXPECT_EQ(p.wait(20), 0);
+}
+
+// More connections than the cap: the extra ones get 503 at once; the
+// server stays up and serves again when they leave.
+TEST(Process, ConnectionFloodBeyondTheCap) {
+  Proc p({"serve", "-m", tiny_model(), "--slots", "1", "--ctx", "256", "--port", "0", "--threads", "1",
+          "--http-threads", "4", "--max-connections", "6", "--read-timeout", "3"},
+         "flood");
+  const int port = p.port();
+  ASSERT_GT(port, 0) << p.output();
+  // Six idle keep-alive connections fill the cap...
+  std::vector<int> idle;
+  for (int i = 0; i < 6; ++i) idle.push_back(connect_to(port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // ...so the next requests are refused at once.
+  int refused = 0;
+  for (int i = 0; i < 5; ++i) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(5, 0);
+    const auto t0 = Clock::now();
+    auto r = c.Get("/v1/models");
+    if (r && r->status == 503) {
+      ++refused;
+      EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 1.0);
+    }
+  }
+  EXPECT_EQ(refused, 5);
+  for (int fd : idle) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/v1/models");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("edgelm_connections_refused_total 5"), std::string::npos);
+  kill(p.pid, SIGTERM);
+  EXPECT_EQ(p.wait(20), 0);
+}
+
+}  // namespace
+}  // namespace edgelm
