@@ -56,6 +56,15 @@ void Sampler::sort_top(size_t n) {
 }
 
 int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<const int32_t> recent, Rng& rng) {
+  const bool penalties = (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) &&
+                         p.penalty_last_n > 0 && !recent.empty();
+  if (p.temperature <= 0.0f && !penalties) {
+    // Plain greedy: the argmax of the row, no copy.
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab_; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return best;
+  }
   n_cand_ = static_cast<size_t>(n_vocab_);
   for (int32_t i = 0; i < n_vocab_; ++i) cand_[static_cast<size_t>(i)] = {i, logits[i]};
   apply_penalties(p, recent);
@@ -87,19 +96,22 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<
     for (size_t i = 0; i < n; ++i) prob_[i] *= inv;
   };
   if (p.top_p < 1.0f) {
-    // Sort a growing prefix until it holds top_p of the mass.
-    softmax(n_cand_, 1.0f);
+    // One pass for the normaliser, then sort a growing prefix until it holds
+    // top_p of the mass: usually a few dozen candidates, not the vocabulary.
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n_cand_; ++i) mx = std::max(mx, cand_[i].logit);
+    double sum = 0;
+    for (size_t i = 0; i < n_cand_; ++i) sum += std::exp(static_cast<double>(cand_[i].logit - mx));
     size_t want = std::max<size_t>(sorted, 64);
     for (;;) {
       want = std::min(want, n_cand_);
       if (sorted < want) {
         sort_top(want);
         sorted = want;
-        softmax(n_cand_, 1.0f);
       }
       double cum = 0;
       size_t keep = 0;
-      while (keep < sorted && cum < p.top_p) cum += prob_[keep++];
+      while (keep < sorted && cum < p.top_p) cum += std::exp(static_cast<double>(cand_[keep++].logit - mx)) / sum;
       if (cum >= p.top_p || sorted == n_cand_) {
         n_cand_ = std::max<size_t>(keep, 1);
         break;

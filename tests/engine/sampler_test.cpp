@@ -1,0 +1,156 @@
+#include "engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+namespace edgelm {
+namespace {
+
+SamplingParams plain(float temp) {
+  SamplingParams p;
+  p.temperature = temp;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  return p;
+}
+
+std::vector<float> logits_of(const std::vector<double>& probs) {
+  std::vector<float> l;
+  for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
+  return l;
+}
+
+std::map<int32_t, int> histogram(Sampler& s, const std::vector<float>& logits, const SamplingParams& p, int n,
+                                 uint64_t seed = 7) {
+  Rng rng(seed);
+  std::map<int32_t, int> h;
+  for (int i = 0; i < n; ++i) h[s.sample(logits.data(), p, {}, rng)]++;
+  return h;
+}
+
+TEST(Sampler, GreedyPicksTheArgmax) {
+  Sampler s(5);
+  std::vector<float> l = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f};
+  Rng rng(1);
+  EXPECT_EQ(s.sample(l.data(), plain(0), {}, rng), 1);
+  SamplingParams k1 = plain(1.0f);
+  k1.top_k = 1;
+  EXPECT_EQ(s.sample(l.data(), k1, {}, rng), 1);
+}
+
+TEST(Sampler, TemperatureOneFollowsTheDistribution) {
+  Sampler s(4);
+  const std::vector<double> probs = {0.5, 0.3, 0.15, 0.05};
+  auto h = histogram(s, logits_of(probs), plain(1.0f), 40000);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(h[i] / 40000.0, probs[static_cast<size_t>(i)], 0.01) << i;
+}
+
+TEST(Sampler, LowTemperatureSharpens) {
+  Sampler s(3);
+  auto h = histogram(s, logits_of({0.5, 0.3, 0.2}), plain(0.25f), 20000);
+  // p^4 normalised: 0.0625, 0.0081, 0.0016 -> 0.86, 0.11, 0.02
+  EXPECT_NEAR(h[0] / 20000.0, 0.862, 0.015);
+  EXPECT_NEAR(h[2] / 20000.0, 0.022, 0.01);
+}
+
+TEST(Sampler, TopKTopPMinPTruncate) {
+  Sampler s(5);
+  const auto l = logits_of({0.4, 0.3, 0.15, 0.1, 0.05});
+  SamplingParams p = plain(1.0f);
+  p.top_k = 2;
+  auto h = histogram(s, l, p, 10000);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_NEAR(h[0] / 10000.0, 0.4 / 0.7, 0.02);
+  p = plain(1.0f);
+  p.top_p = 0.8f;  // 0.4 + 0.3 + 0.15 = 0.85 >= 0.8: three kept
+  h = histogram(s, l, p, 10000);
+  EXPECT_EQ(h.size(), 3u);
+  p = plain(1.0f);
+  p.min_p = 0.3f;  // keep p >= 0.12: three kept
+  h = histogram(s, l, p, 10000);
+  EXPECT_EQ(h.size(), 3u);
+  EXPECT_EQ(h.count(3), 0u);
+}
+
+TEST(Sampler, TopPOverALargeVocabulary) {
+  // A long tail: the growing sorted prefix must still find the nucleus.
+  const int V = 50000;
+  std::vector<float> l(V, 0.0f);
+  for (int i = 0; i < 10; ++i) l[static_cast<size_t>(i * 4999)] = 12.0f;
+  Sampler s(V);
+  SamplingParams p = plain(1.0f);
+  p.top_p = 0.5f;
+  auto h = histogram(s, l, p, 2000);
+  for (const auto& [tok, n] : h) EXPECT_EQ(tok % 4999, 0) << tok;
+}
+
+TEST(Sampler, PenaltiesFollowLlamaCppSemantics) {
+  Sampler s(4);
+  std::vector<float> l = {2.0f, 1.9f, -1.0f, -1.2f};
+  const std::vector<int32_t> recent = {0, 0, 2};
+  Rng rng(1);
+  SamplingParams p = plain(0);
+  p.repeat_penalty = 1.1f;  // 2.0 / 1.1 = 1.82 < 1.9
+  EXPECT_EQ(s.sample(l.data(), p, recent, rng), 1);
+  p = plain(0);
+  p.frequency_penalty = 0.06f;  // 2.0 - 2 * 0.06 = 1.88 < 1.9
+  EXPECT_EQ(s.sample(l.data(), p, recent, rng), 1);
+  p.frequency_penalty = 0.04f;  // 1.92 > 1.9
+  EXPECT_EQ(s.sample(l.data(), p, recent, rng), 0);
+  p = plain(0);
+  p.presence_penalty = 0.2f;
+  EXPECT_EQ(s.sample(l.data(), p, recent, rng), 1);
+  // A window that does not reach the repeated token does nothing.
+  p.penalty_last_n = 1;
+  EXPECT_EQ(s.sample(l.data(), p, recent, rng), 0);
+  // The row itself is left untouched.
+  EXPECT_FLOAT_EQ(l[0], 2.0f);
+}
+
+TEST(Sampler, SeedsReproduce) {
+  Sampler s(100);
+  std::vector<float> l(100);
+  for (int i = 0; i < 100; ++i) l[static_cast<size_t>(i)] = std::sin(static_cast<float>(i));
+  auto a = histogram(s, l, plain(1.0f), 500, 42);
+  auto b = histogram(s, l, plain(1.0f), 500, 42);
+  auto c = histogram(s, l, plain(1.0f), 500, 43);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Sampler, LogprobsAreTheLogSoftmax) {
+  Sampler s(4);
+  const std::vector<double> probs = {0.6, 0.25, 0.1, 0.05};
+  std::vector<float> l;
+  for (double p : probs) l.push_back(static_cast<float>(std::log(p) + 3.0));  // shifted: softmax is invariant
+  TokenLogprob top[3];
+  const float lp = s.logprobs(l.data(), 2, top);
+  EXPECT_NEAR(lp, std::log(0.1), 1e-5);
+  EXPECT_EQ(top[0].token, 0);
+  EXPECT_NEAR(top[0].logprob, std::log(0.6), 1e-5);
+  EXPECT_EQ(top[1].token, 1);
+  EXPECT_EQ(top[2].token, 2);
+}
+
+TEST(Sampler, ValidateNamesTheField) {
+  SamplingParams p;
+  p.temperature = -1;
+  EXPECT_NE(p.validate().message().find("temperature"), std::string::npos);
+  p = SamplingParams();
+  p.top_p = 0;
+  EXPECT_NE(p.validate().message().find("top_p"), std::string::npos);
+  p = SamplingParams();
+  p.min_p = NAN;
+  EXPECT_NE(p.validate().message().find("min_p"), std::string::npos);
+  p = SamplingParams();
+  p.frequency_penalty = 3;
+  EXPECT_NE(p.validate().message().find("frequency_penalty"), std::string::npos);
+  EXPECT_TRUE(SamplingParams().validate().ok());
+}
+
+}  // namespace
+}  // namespace edgelm
