@@ -101,7 +101,7 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<
     float mx = -INFINITY;
     for (size_t i = 0; i < n_cand_; ++i) mx = std::max(mx, cand_[i].logit);
     double sum = 0;
-    for (size_t i = 0; i < n_cand_; ++i) sum += std::exp(static_cast<double>(cand_[i].logit - mx));
+    for (size_t i = 0; i < n_cand_; ++i) sum += std::exp(cand_[i].logit - mx);
     size_t want = std::max<size_t>(sorted, 64);
     for (;;) {
       want = std::min(want, n_cand_);
@@ -111,7 +111,7 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<
       }
       double cum = 0;
       size_t keep = 0;
-      while (keep < sorted && cum < p.top_p) cum += std::exp(static_cast<double>(cand_[keep++].logit - mx)) / sum;
+      while (keep < sorted && cum < p.top_p) cum += std::exp(cand_[keep++].logit - mx) / sum;
       if (cum >= p.top_p || sorted == n_cand_) {
         n_cand_ = std::max<size_t>(keep, 1);
         break;

@@ -114,7 +114,7 @@ std::string plot_script(const LoadResult& r, const std::string& png_path) {
     s += "set ylabel 'MiB'\nset xlabel ''\nset yrange [0:*]\n";
     s += "plot $rss using 1:2 with lines lw 2 title 'VmRSS', "
          "$rss using 1:3 with lines title 'RssAnon', "
-         "$rss using 1:4 with lines title 'RssFile (weights)'\n";
+         "$rss using 1:4 with lines title 'RssFile (weights, binary)'\n";
     s += "set title 'request latency by start time'\n";
   }
   s +=

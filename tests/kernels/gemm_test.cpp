@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -211,8 +215,11 @@ TEST(GemmDispatch, DetectsTheCpusIsas) {
     return false;
   };
 #if defined(__x86_64__)
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __get_cpuid(1, &a, &b, &c, &d);
+  const bool f16c = (c & bit_F16C) != 0;  // clang's __builtin_cpu_supports lacks "f16c"
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c &&
+                    __builtin_cpu_supports("bmi2");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
