@@ -44,6 +44,8 @@ usage: bench/overload.sh [options]
   --url URL            the other server's base URL (without --server-cmd: an already running
                        server, measured without cgroup or RSS unless --other-pid is given)
   --name NAME          label of the other server in the output (default: other)
+  --other-model FILE   the other server's model file: charged to its cgroup and warmed first,
+                       as edgelm's is
   --other-pid PID      RSS of an already running other server
   --skip-edgelm        measure only the other server
 EOF
@@ -70,6 +72,7 @@ OTHER_CMD=""
 OTHER_URL=""
 OTHER_NAME=other
 OTHER_PID=""
+OTHER_MODEL=""
 SKIP_EDGELM=0
 
 while [[ $# -gt 0 ]]; do
@@ -96,6 +99,7 @@ while [[ $# -gt 0 ]]; do
     --url) OTHER_URL=$2; shift 2 ;;
     --name) OTHER_NAME=$2; shift 2 ;;
     --other-pid) OTHER_PID=$2; shift 2 ;;
+    --other-model) OTHER_MODEL=$2; shift 2 ;;
     --skip-edgelm) SKIP_EDGELM=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "overload: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -400,6 +404,7 @@ if [[ -n $OTHER_URL ]]; then
   if [[ -n $OTHER_CMD ]]; then
     CG=""
     if [[ $CG_VER -ne 0 ]]; then cg_create "edgelm-overload-$$-$OTHER_NAME" "$LIMIT"; fi
+    [[ -n $OTHER_MODEL ]] && prefault "$CG" "$OTHER_MODEL"
     log "[$OTHER_NAME] starting: $OTHER_CMD${CG:+ (cgroup $CG)}"
     start_in_cgroup "$CG" "$OUT/$OTHER_NAME-server.log" "$OTHER_CMD"
     if ! wait_healthy "$OTHER_URL" "$SERVER_PID"; then
