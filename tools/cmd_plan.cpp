@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "serve/server.h"
 #include "tools/commands.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/options.h"
 
 namespace edgelm::tools {
@@ -22,6 +23,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
   j["step_tokens"] = p.step_tokens;
   j["bytes"] = {{"weights", p.weights},       {"kv", p.kv},       {"scratch", p.scratch},
                 {"sampler", p.sampler},       {"slot_state", p.slot_state}, {"extra", p.extra},
+                {"process", p.baseline},
                 {"total", p.total},           {"budget", p.budget.bytes}};
   j["kv_bytes_per_token"] = p.kv_per_token;
   j["kv_bytes_per_slot"] = p.kv_per_slot;
@@ -100,6 +102,13 @@ void add_plan_command(CLI::App& app) {
     const uint64_t extra = *systemd ? serve::server_buffer_bytes(serve::ServerOptions{},
                                                                  opts->slots > 0 ? opts->slots : 64)
                                     : 0;
+    // The tokenizer's tables are part of the process the plan measures, as in serve.
+    auto tok = tokenizer::Tokenizer::from_gguf((*m)->file);
+    if (!tok.ok()) {
+      fmt::print(stderr, "error: {}\n", tok.message());
+      set_exit_code(1);
+      return;
+    }
     auto plan = plan_from_flags(**m, *opts, extra);
     if (!plan.ok()) {
       fmt::print(stderr, "error: {}\n", plan.message());

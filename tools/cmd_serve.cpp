@@ -75,7 +75,10 @@ int serve_main(ServeFlags f) {
   EngineOptions eo;
   eo.threads = f.plan.threads > 0 ? f.plan.threads : default_threads();
   eo.mlock = f.mlock;
-  eo.max_step_seconds = f.server.admission.min_stream_rate > 0 ? 1.0 / f.server.admission.min_stream_rate : 0;
+  // Prefill shares steps with running streams only as far as each step stays
+  // within the per-token time the gate promises (0.5 s when the gate is off),
+  // so a long prompt never stalls the streams already running.
+  eo.max_step_seconds = f.server.admission.min_stream_rate > 0 ? 1.0 / f.server.admission.min_stream_rate : 0.5;
   eo.min_step_seconds = f.debug_step_ms / 1000.0;
   eo.min_token_seconds = f.debug_token_ms / 1000.0;
   auto engine = Engine::create(std::move(model).value(), std::move(tok).value(), *plan, eo);

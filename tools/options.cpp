@@ -53,6 +53,7 @@ Result<MemoryPlan> plan_from_flags(const Model& m, const PlanFlags& f, uint64_t 
   o.step_tokens = f.batch;
   o.threads = f.threads > 0 ? f.threads : default_threads();
   o.extra_bytes = extra_bytes;
+  o.baseline_bytes = current_rss_bytes();
   return make_plan(m.config, m.weights, o, budget);
 }
 

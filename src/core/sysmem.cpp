@@ -54,7 +54,9 @@ std::optional<uint64_t> stat_field(const std::string& path, std::string_view key
   return std::nullopt;
 }
 
-void fill_working_set(SystemMemory& m, const std::string& dir, std::string_view inactive_key) {
+void fill_working_set(SystemMemory& m, const std::string& dir, std::string_view inactive_key,
+                      std::string_view file_key) {
+  m.cgroup_file = stat_field(dir + "/memory.stat", file_key);
   if (!m.cgroup_usage) return;
   const uint64_t inactive = stat_field(dir + "/memory.stat", inactive_key).value_or(0);
   m.cgroup_working_set = *m.cgroup_usage > inactive ? *m.cgroup_usage - inactive : 0;
@@ -102,7 +104,7 @@ SystemMemory read_system_memory(const std::string& root) {
         m.cgroup_path = dir;
         m.cgroup_limit = read_limit(dir + "/memory.limit_in_bytes");
         m.cgroup_usage = read_limit(dir + "/memory.usage_in_bytes");
-        fill_working_set(m, dir, "total_inactive_file");
+        fill_working_set(m, dir, "total_inactive_file", "total_cache");
         break;
       }
     }
@@ -114,7 +116,7 @@ SystemMemory read_system_memory(const std::string& root) {
         m.cgroup_path = dir;
         m.cgroup_limit = read_limit(dir + "/memory.max");
         m.cgroup_usage = read_limit(dir + "/memory.current");
-        fill_working_set(m, dir, "inactive_file");
+        fill_working_set(m, dir, "inactive_file", "file");
         if (auto p = psi_avg10(dir + "/memory.pressure")) m.psi_some_avg10 = p;
         break;
       }

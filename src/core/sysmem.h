@@ -18,6 +18,9 @@ struct SystemMemory {
   // Usage less reclaimable file cache (memory.stat inactive_file): what the
   // kernel cannot simply drop before it would have to OOM-kill.
   std::optional<uint64_t> cgroup_working_set;
+  // Page cache charged to the cgroup (memory.stat total_cache / file): clean
+  // file pages, such as a mapped model's, that the kernel reclaims first.
+  std::optional<uint64_t> cgroup_file;
   std::optional<double> psi_some_avg10;  // memory pressure, percent of time stalled (cgroup, else system)
 };
 

@@ -53,7 +53,7 @@ struct EngineOptions {
   // advance. 0 disables the time limit. With no stream decoding, a step takes
   // up to the plan's step_tokens.
   double max_step_seconds = 0;
-  int min_prefill_chunk = 4;
+  int min_prefill_chunk = 1;
   // Testing aids: every step takes at least min_step_seconds +
   // min_token_seconds x tokens, as on a slower board (the step-time model
   // measures this like any other cost).

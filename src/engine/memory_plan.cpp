@@ -40,8 +40,11 @@ Result<Budget> resolve_budget(std::string_view spec, double reserve, const Syste
   uint64_t avail = sys.mem_available;
   std::string src = fmt::format("MemAvailable {}", format_bytes(sys.mem_available));
   if (sys.cgroup_limit) {
-    // Memory already charged to the cgroup is not available to us.
+    // Memory already charged to the cgroup is not available to us, except
+    // its page cache: clean file pages (a mapped model among them) are
+    // reclaimed before anything is killed.
     uint64_t used = sys.cgroup_usage.value_or(0);
+    used -= std::min(used, sys.cgroup_file.value_or(0));
     uint64_t room = *sys.cgroup_limit > used ? *sys.cgroup_limit - used : 0;
     if (room < avail || avail == 0) {
       avail = room;
@@ -81,7 +84,8 @@ MemoryPlan compute(const ModelConfig& c, const ModelWeights& w, const PlanOption
   p.kv = p.kv_per_slot * static_cast<uint64_t>(slots);
   p.extra = o.extra_bytes;
   p.extra_label = o.extra_label;
-  p.total = p.weights + p.scratch + p.sampler + p.slot_state + p.kv + p.extra;
+  p.baseline = o.baseline_bytes;
+  p.total = p.weights + p.scratch + p.sampler + p.slot_state + p.kv + p.extra + p.baseline;
   return p;
 }
 
@@ -154,7 +158,8 @@ std::string format_plan(const MemoryPlan& p) {
   line("scratch", p.scratch, fmt::format("forward-pass buffers for {} tokens/step", p.step_tokens));
   line("sampler", p.sampler, "candidate buffers for one vocabulary row");
   line("slot state", p.slot_state, "token history and logprobs per slot");
-  if (p.extra > 0) line(p.extra_label, p.extra, "");
+  if (p.extra > 0) line(p.extra_label, p.extra, "request bodies and responses of every HTTP worker (upper bound)");
+  if (p.baseline > 0) line("process", p.baseline, "binary, libraries, metadata, tokenizer (measured)");
   s += fmt::format("  {:<16} {:>12}\n", "total", format_bytes(p.total));
   s += fmt::format("  {:<16} {:>12}  {}\n", "budget", format_bytes(p.budget.bytes), p.budget.source);
   if (p.fits()) {
@@ -177,7 +182,7 @@ std::string format_plan(const MemoryPlan& p) {
 std::string plan_one_line(const MemoryPlan& p) {
   return fmt::format("weights {} + KV {} ({} slots x {}, {}) + scratch {} + other {} = {} of budget {}",
                      format_bytes(p.weights), format_bytes(p.kv), p.slots, p.ctx, dtype_name(p.kv_type),
-                     format_bytes(p.scratch), format_bytes(p.sampler + p.slot_state + p.extra),
+                     format_bytes(p.scratch), format_bytes(p.sampler + p.slot_state + p.extra + p.baseline),
                      format_bytes(p.total), format_bytes(p.budget.bytes));
 }
 

@@ -49,6 +49,9 @@ struct PlanOptions {
   int threads = 1;
   uint64_t extra_bytes = 0;  // fixed costs outside the engine (server buffers)
   std::string extra_label = "server buffers";
+  // The process before any of the above: binary, libraries, parsed
+  // metadata and tokenizer tables (measured as the RSS at planning time).
+  uint64_t baseline_bytes = 0;
 };
 
 struct MemoryPlan {
@@ -67,6 +70,7 @@ struct MemoryPlan {
   uint64_t kv = 0;             // slots x ctx x kv_per_token
   uint64_t extra = 0;
   std::string extra_label;
+  uint64_t baseline = 0;
   uint64_t total = 0;
   ScratchLayout scratch_layout;
 

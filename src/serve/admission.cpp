@@ -48,7 +48,10 @@ Decision Admission::precheck() const {
   // Every active slot (prefilling ones too) counts as a decoding stream: it will be.
   Decision d;
   d.predicted_rate = predicted_stream_rate(st.step_model, st.active + 1);
-  if (d.predicted_rate < o_.min_stream_rate) {
+  // With nothing running, one stream is the best this hardware can do:
+  // admit it even below the floor, or the server would refuse forever and
+  // never measure itself again.
+  if (d.predicted_rate < o_.min_stream_rate && st.active > 0) {
     Decision r = refuse(Reason::Throughput);
     r.predicted_rate = d.predicted_rate;
     return r;

@@ -6,7 +6,9 @@
 //   - the server is not draining and memory is not under pressure;
 //   - with it, every decoding stream still gets at least min_stream_rate
 //     tokens/s according to the engine's measured step-time model
-//     t(step) = a + b * tokens (throughput gate);
+//     t(step) = a + b * tokens (throughput gate; a lone request on an idle
+//     server is always admitted, since one stream is the best the hardware
+//     can do);
 //   - a slot is free (or, with a wait queue, one frees before the timeout).
 #pragma once
 

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "core/sysmem.h"
@@ -636,6 +638,9 @@ Server::Server(Engine& engine, const ServerOptions& o)
   impl_->http.set_socket_options([this](int sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    // Tokens go out as soon as they are made: no Nagle delay (inherited by
+    // the accepted sockets).
+    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     impl_->listen_fd = sock;
   });
   impl_->http.set_payload_max_length(o.max_body_bytes);

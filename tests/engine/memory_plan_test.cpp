@@ -73,7 +73,7 @@ TEST(MemoryPlan, ScratchIsTheLayoutAndGrowsWithTheStep) {
   EXPECT_GT(big.scratch, small.scratch);
   // Residual stream alone: 512 tokens x 1536 floats.
   EXPECT_GE(big.scratch, 512u * 1536 * 4);
-  EXPECT_EQ(big.total, big.weights + big.kv + big.scratch + big.sampler + big.slot_state + big.extra);
+  EXPECT_EQ(big.total, big.weights + big.kv + big.scratch + big.sampler + big.slot_state + big.extra + big.baseline);
 }
 
 TEST(MemoryPlan, PicksTheLargestSlotCountThatFits) {
@@ -166,6 +166,11 @@ TEST(Budget, AutoUsesTheSmallerOfCgroupAndMemAvailable) {
   sys.cgroup_usage = 0;
   b = resolve_budget("auto", 0.10, sys).value();
   EXPECT_EQ(b.bytes, static_cast<uint64_t>(2.0 * kGiB * 0.9));
+  // Memory in use counts against the limit, page cache (a mapped model) does not.
+  sys.cgroup_usage = kGiB;
+  sys.cgroup_file = 768 * kMiB;
+  b = resolve_budget("auto", 0.10, sys).value();
+  EXPECT_EQ(b.bytes, static_cast<uint64_t>((2.0 * kGiB - 256.0 * kMiB) * 0.9));
   EXPECT_NE(b.source.find("cgroup"), std::string::npos);
   b = resolve_budget("3GiB", 0.10, sys).value();
   EXPECT_EQ(b.bytes, 3 * kGiB);
