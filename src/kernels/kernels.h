@@ -58,6 +58,9 @@ struct GemmArgs {
   int64_t ldy;
 };
 // y[t * ldy + r] = dot(W row r, x row t) for r in [r0, r1), t in [0, n_tok).
+// Strides must keep the blocks' natural alignment (2 bytes; 4 for Q8_K and
+// f32 rows). Allocates nothing; calls on disjoint row ranges may run
+// concurrently (that is how a thread pool splits one product).
 void gemm(Isa isa, const GemmArgs& a, int64_t r0, int64_t r1);
 
 // --- attention helpers over a KV cache row ----------------------------------
