@@ -12,7 +12,7 @@
 # STREAMS (1,2,4,8), REPS (3), OUT (build/bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LLAMA_BIN="${LLAMA_BIN:?set LLAMA_BIN to llama.cpp's build/bin folder}"
+LLAMA_BIN="${LLAMA_BIN:?set LLAMA_BIN to the bin folder of a llama.cpp build}"
 THREADS="${THREADS:-2}"; PROMPT="${PROMPT:-128}"; GEN="${GEN:-64}"
 STREAMS="${STREAMS:-1,2,4,8}"; REPS="${REPS:-3}"; OUT="${OUT:-build/bench}"
 EDGELM="${EDGELM:-./build/edgelm}"
