@@ -37,6 +37,7 @@ struct BenchFlags {
   int reps = 3;
   bool json = false;
   bool bandwidth = false;
+  bool no_pack = false;
 };
 
 double median(std::vector<double> v) {
@@ -194,6 +195,7 @@ int bench(const BenchFlags& f) {
   }
   EngineOptions eo;
   eo.threads = threads;
+  eo.pack_weights = !f.no_pack;
   auto engine = Engine::create(std::move(model).value(), std::move(tok).value(), *plan, eo);
   if (!engine.ok()) {
     fmt::print(stderr, "error: {}\n", engine.message());
@@ -246,6 +248,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-r,--reps", f->reps, "Repetitions (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
   cmd->add_flag("--json", f->json, "Print one JSON object");
   cmd->add_flag("--bandwidth", f->bandwidth, "Also probe memory read bandwidth and the decode limit it implies");
+  cmd->add_flag("--no-pack", f->no_pack, "Keep the file's weight layout (no interleaved repacking)");
   cmd->callback([f] { set_exit_code(bench(*f)); });
 }
 

@@ -79,6 +79,25 @@ Status MappedFile::lock() const {
   return Status::Ok();
 }
 
+void MappedFile::release(size_t offset, size_t len) const {
+  if (!owned_ || offset >= size_) return;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  // Only whole pages inside the range: a neighbour's data may share the edges.
+  const size_t start = (offset + page - 1) / page * page;
+  const size_t end = std::min(size_, offset + len) / page * page;
+  if (end > start) madvise(const_cast<uint8_t*>(data_) + start, end - start, MADV_DONTNEED);
+}
+
+Status MappedFile::lock_range(size_t offset, size_t len) const {
+  if (len == 0 || offset >= size_) return Status::Ok();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t start = offset / page * page;
+  const size_t end = std::min(size_, offset + len);
+  if (mlock(data_ + start, end - start) != 0)
+    return make_error("{}: mlock of {} bytes failed: {}", path_, end - start, std::strerror(errno));
+  return Status::Ok();
+}
+
 void MappedFile::prefetch(size_t offset, size_t len) const {
   if (!owned_ || offset >= size_) return;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));

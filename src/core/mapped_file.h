@@ -32,6 +32,11 @@ class MappedFile {
   Status lock() const;
   // Advises the kernel that the range will be read soon.
   void prefetch(size_t offset, size_t len) const;
+  // Drops the range's pages from this process (they stay in the page cache,
+  // reclaimable, until the kernel needs the memory): for data copied elsewhere.
+  void release(size_t offset, size_t len) const;
+  // Pins a range in RAM (mlock).
+  Status lock_range(size_t offset, size_t len) const;
 
  private:
   const uint8_t* data_ = nullptr;

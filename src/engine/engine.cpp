@@ -67,9 +67,15 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
     p += lp_bytes;
   }
   kv.base = p;
-  if (opts.mlock) EDGELM_TRY(e->model_->file.mapping().lock());
-
   e->pool_ = std::make_unique<ThreadPool>(std::max(1, opts.threads));
+  if (opts.pack_weights) {
+    EDGELM_ASSIGN(const uint64_t packed, e->model_->pack_for(opts.isa, *e->pool_));
+    if (packed > 0)
+      spdlog::info("packed {} of weights into the {} kernels' interleaved layout", format_bytes(packed),
+                   kernels::isa_name(opts.isa));
+  }
+  if (opts.mlock) EDGELM_TRY(e->model_->lock_weights());
+
   e->forward_ = std::make_unique<Forward>(c, e->model_->weights, plan.scratch_layout, scratch, kv, *e->pool_, opts.isa);
   e->sampler_ = std::make_unique<Sampler>(c.n_vocab);
   e->batch_.reserve(static_cast<size_t>(plan.step_tokens));

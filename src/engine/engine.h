@@ -47,6 +47,9 @@ struct EngineOptions {
   int threads = 1;
   kernels::Isa isa = kernels::best_isa();
   bool mlock = false;
+  // Repack matrices into the layout the ISA's kernels stream best (the
+  // packed copy replaces the file's pages: same bytes in the plan).
+  bool pack_weights = true;
   // While streams are decoding, a step may add prefill tokens only as far as
   // its predicted time stays within max_step_seconds (the per-token latency
   // every stream was promised); at least min_prefill_chunk so prompts still

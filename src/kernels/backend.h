@@ -32,7 +32,8 @@ constexpr int act_slot(DType t) {
 }
 
 struct Backend {
-  GemmFn gemm[kNumDTypeSlots] = {};  // by weight type id
+  GemmFn gemm[kNumDTypeSlots] = {};      // by weight type id, Layout::Rows
+  GemmFn gemm_i16[kNumDTypeSlots] = {};  // by weight type id, Layout::Interleave16
   QuantizeFn quantize[3] = {};       // by act_slot
   DotKvFn dot_kv[3] = {};            // by kv_slot
   AxpyKvFn axpy_kv[3] = {};          // by kv_slot
@@ -41,6 +42,8 @@ struct Backend {
 // The tables. The SIMD ones exist only when their sources are compiled for
 // this architecture (see edgelm_module in CMakeLists.txt).
 const Backend& scalar_backend();
+// The scalar reference for interleaved layouts (pack.cpp).
+void register_interleaved_scalar(Backend& be);
 #if defined(EDGELM_X86)
 const Backend& avx2_backend();
 const Backend& avx512_backend();
@@ -48,6 +51,7 @@ const Backend& avx512_backend();
 void register_kquants_avx2(Backend& be);
 void register_act_avx2(Backend& be);
 void register_kquants_avx512(Backend& be);
+void register_interleaved_avx512(Backend& be);
 void register_act_avx512(Backend& be);
 #endif
 #if defined(EDGELM_ARM64)

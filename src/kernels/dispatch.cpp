@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/backend.h"
+#include "kernels/blocks.h"
 #include "kernels/fp16.h"
 #include "kernels/kernels.h"
 
@@ -83,6 +84,9 @@ const Backend* backend_of(Isa isa) {
 
 struct Resolved {
   GemmFn gemm[kNumIsas][kNumDTypeSlots] = {};
+  GemmFn gemm_i16[kNumIsas][kNumDTypeSlots] = {};
+  // The ISA at which the interleaved kernel was found (scalar = only the reference).
+  Isa gemm_i16_isa[kNumIsas][kNumDTypeSlots] = {};
   QuantizeFn quantize[kNumIsas][3] = {};
   DotKvFn dot_kv[kNumIsas][3] = {};
   AxpyKvFn axpy_kv[kNumIsas][3] = {};
@@ -108,6 +112,16 @@ Resolved resolve() {
     const auto isa = static_cast<Isa>(i);
     for (int t = 0; t < kNumDTypeSlots; ++t) {
       r.gemm[i][t] = first_along_chain<GemmFn>(isa, [t](const Backend& b) { return b.gemm[t]; });
+      r.gemm_i16[i][t] = first_along_chain<GemmFn>(isa, [t](const Backend& b) { return b.gemm_i16[t]; });
+      // Which ISA provided it: a layout is preferred only where a SIMD kernel uses it.
+      for (Isa j = isa;; j = lower(j)) {
+        const Backend* be = cpu_has(j) ? backend_of(j) : nullptr;
+        if (be && be->gemm_i16[t]) {
+          r.gemm_i16_isa[i][t] = j;
+          break;
+        }
+        if (j == Isa::Scalar) break;
+      }
     }
     for (int k = 0; k < 3; ++k) {
       r.quantize[i][k] =
@@ -182,8 +196,22 @@ DType act_type(DType weight_type) {
   }
 }
 
+namespace {
+// What the weight format adds to its stored quants (see act_row_bytes).
+int quant_offset(DType weight_type) {
+  switch (weight_type) {
+    case DType::Q4_0: return 8;
+    case DType::Q5_0: return 16;
+    case DType::Q8_0: return 128;
+    default: return 0;
+  }
+}
+}  // namespace
+
 size_t act_row_bytes(DType weight_type, int64_t n) {
-  return row_bytes(act_type(weight_type), n);
+  const DType at = act_type(weight_type);
+  const size_t blocks = at == DType::Q8_0 ? static_cast<size_t>(n / 32) * sizeof(int32_t) : 0;
+  return row_bytes(at, n) + blocks;
 }
 
 void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, int64_t n) {
@@ -193,11 +221,38 @@ void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, 
     return;
   }
   table().quantize[isa_index(isa)][act_slot(at)](x, dst, n);
+  if (at == DType::Q8_0) {
+    const int64_t nb = n / 32;
+    const auto* blocks = static_cast<const BlockQ8_0*>(dst);
+    uint8_t* trailer = static_cast<uint8_t*>(dst) + static_cast<size_t>(nb) * sizeof(BlockQ8_0);
+    const int32_t offset = quant_offset(weight_type);
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t sum = 0;
+      for (int j = 0; j < 32; ++j) sum += blocks[b].qs[j];
+      const int32_t v = -offset * sum;
+      std::memcpy(trailer + b * sizeof(int32_t), &v, sizeof(v));
+    }
+  }
+}
+
+Layout preferred_layout(Isa isa, DType type, int64_t rows, int64_t cols) {
+  const auto t = static_cast<size_t>(type);
+  if (t >= kNumDTypeSlots || rows % 16 != 0 || cols % 32 != 0 || cols <= 0) return Layout::Rows;
+  const Resolved& r = table();
+  if (r.gemm_i16[isa_index(isa)][t] == nullptr || r.gemm_i16_isa[isa_index(isa)][t] == Isa::Scalar)
+    return Layout::Rows;
+  return Layout::Interleave16;
 }
 
 void gemm(Isa isa, const GemmArgs& a, int64_t r0, int64_t r1) {
   if (r1 <= r0 || a.n_tok <= 0) return;
   const auto t = static_cast<size_t>(a.wtype);
+  if (a.layout == Layout::Interleave16) {
+    GemmFn f = t < kNumDTypeSlots ? table().gemm_i16[isa_index(isa)][t] : nullptr;
+    if (f == nullptr || r0 % 16 != 0 || (r1 % 16 != 0)) std::abort();  // packed only where a kernel exists
+    f(a, r0, r1);
+    return;
+  }
   GemmFn f = t < kNumDTypeSlots ? table().gemm[isa_index(isa)][t] : nullptr;
   if (f == nullptr) std::abort();  // no kernel for this type: the loader checks engine_supported
   f(a, r0, r1);

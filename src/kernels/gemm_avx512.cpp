@@ -253,6 +253,7 @@ Backend make_backend() {
   set(DType::Q5_1, run_tiles<LegacyKernel<Q5_1Fmt>>);
   set(DType::Q8_0, run_tiles<LegacyKernel<Q8_0Fmt>>);
   register_kquants_avx512(be);
+  register_interleaved_avx512(be);
   register_act_avx512(be);
   return be;
 }

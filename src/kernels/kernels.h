@@ -41,10 +41,24 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n);
 // Activation format of the integer dot product for a weight type:
 // Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, K-quants -> Q8_K, F32/F16/BF16 -> F32.
 DType act_type(DType weight_type);
-// Bytes of one activation row of n elements in act_type(weight_type).
+// Bytes of one activation row of n elements as quantize_activation writes
+// it: the act_type blocks and, for Q8_0 activations, a trailer of one int32
+// per block holding -offset * (sum of its quants), where offset is what the
+// weight format adds to its stored quants (Q4_0 8, Q5_0 16, Q8_0 128). The
+// interleaved kernels start each block's integer sum from it.
 size_t act_row_bytes(DType weight_type, int64_t n);
 // Converts one f32 row into act_type(weight_type) (a plain copy for F32).
 void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, int64_t n);
+
+// How a weight matrix is laid out in memory.
+//   Rows: as in the GGUF file, row after row of blocks.
+//   Interleave16: rows regrouped by 16; within a group, block by block, the
+//     16 rows' scales followed by their quants ordered so that one 64-byte
+//     vector holds four consecutive elements of each of the 16 rows (the order
+//     vpdpbusd consumes). A group of 16 rows holds exactly the bytes of those
+//     16 rows, so a packed tensor is the size of the original. Packed once at
+//     load (pack_rows); see pack.cpp for the byte-level layout.
+enum class Layout : uint8_t { Rows = 0, Interleave16 = 1 };
 
 struct GemmArgs {
   DType wtype;
@@ -56,12 +70,25 @@ struct GemmArgs {
   int64_t n_tok;      // activation rows
   float* y;           // y[t * ldy + r]
   int64_t ldy;
+  Layout layout = Layout::Rows;  // Interleave16: r0 and r1 are multiples of 16
 };
 // y[t * ldy + r] = dot(W row r, x row t) for r in [r0, r1), t in [0, n_tok).
 // Strides must keep the blocks' natural alignment (2 bytes; 4 for Q8_K and
 // f32 rows). Allocates nothing; calls on disjoint row ranges may run
 // concurrently (that is how a thread pool splits one product).
 void gemm(Isa isa, const GemmArgs& a, int64_t r0, int64_t r1);
+
+// The layout `isa`'s kernels run fastest for a rows x cols matrix of `type`:
+// Interleave16 where the ISA has an interleaved kernel for the type (16 rows
+// of a block fill a vector, so prefill and batched decode reuse each decoded
+// weight vector across tokens without per-block float work), else Rows.
+Layout preferred_layout(Isa isa, DType type, int64_t rows, int64_t cols);
+// Rearranges rows [r0, r1) (multiples of 16) of a GGUF-layout matrix with
+// `cols` elements per row into `layout`; dst has the source's size.
+void pack_rows(DType type, Layout layout, const void* src, void* dst, int64_t cols, int64_t r0, int64_t r1);
+// dst[0..cols) = the values of row r of a packed matrix (an embedding lookup
+// in a tied, packed output matrix).
+void dequantize_packed_row(DType type, Layout layout, const void* packed, int64_t cols, int64_t r, float* dst);
 
 // --- attention helpers over a KV cache row ----------------------------------
 // KV cache rows are F32, F16 or Q8_0 (n a multiple of 32 for Q8_0).

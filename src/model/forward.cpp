@@ -87,6 +87,7 @@ void Forward::matmul(const TensorView& w, const float* in, int T, float* out, bo
   a.n_tok = T;
   a.y = out;
   a.ldy = w.rows;
+  a.layout = w.layout;
   const int chunks = row_chunks(w.rows, static_cast<int64_t>(w.bytes()) * T, pool_.size());
   const int64_t per = ((w.rows + chunks - 1) / chunks + 15) / 16 * 16;
   pool_.run(chunks, [&](int ch, int) {
@@ -199,8 +200,14 @@ Result<const float*> Forward::step(std::span<const BatchToken> batch) {
   float* rope_table = buf<float>(layout_.rope);
   for (int t = 0; t < T; ++t) {
     const BatchToken& b = batch[static_cast<size_t>(t)];
-    kernels::dequantize_row(w_.token_embd.type, w_.token_embd.data + static_cast<size_t>(b.token) * w_.token_embd.row_bytes,
-                            x + static_cast<size_t>(t) * E, E);
+    if (w_.token_embd.layout == kernels::Layout::Rows) {
+      kernels::dequantize_row(w_.token_embd.type,
+                              w_.token_embd.data + static_cast<size_t>(b.token) * w_.token_embd.row_bytes,
+                              x + static_cast<size_t>(t) * E, E);
+    } else {
+      kernels::dequantize_packed_row(w_.token_embd.type, w_.token_embd.layout, w_.token_embd.data, E, b.token,
+                                     x + static_cast<size_t>(t) * E);
+    }
     float* cs = rope_table + static_cast<size_t>(t) * c_.rope_dim;
     for (int i = 0; i < c_.rope_dim / 2; ++i) {
       const float theta = static_cast<float>(b.pos) * inv_freq_[i];

@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "model/config.h"
 
 namespace edgelm {
@@ -21,6 +22,7 @@ struct TensorView {
   int64_t rows = 0;  // GGUF ne[1]; 1 for vectors
   size_t row_bytes = 0;
   std::string_view name;
+  kernels::Layout layout = kernels::Layout::Rows;  // Interleave16 once packed (model/model.h)
 
   bool present() const { return data != nullptr; }
   size_t bytes() const { return row_bytes * static_cast<size_t>(rows); }

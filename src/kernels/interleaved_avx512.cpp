@@ -1,0 +1,147 @@
+// AVX-512 VNNI gemm over the interleaved layout (pack.cpp): a tile is one
+// group of 16 rows x up to 8 tokens. Per block, the 16 rows' quants are
+// loaded (and split into nibbles) once and used for every token of the tile;
+// per token, eight vpdpbusd against four activation bytes broadcast to all
+// lanes leave the 16 rows' integer dot products in one register, and one
+// conversion and one multiply-add apply the block scales. The integer sum
+// starts from the activation row's trailer (-offset * sum of quants), which
+// removes the format's offset exactly.
+//
+// Loop order: tokens in chunks whose activations stay in L2; within a chunk,
+// groups of rows (each group's weights are read from memory once per chunk
+// and stay in L1/L2 for its token tiles); within a group, token tiles.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "kernels/blocks.h"
+
+namespace edgelm::kernels {
+namespace {
+
+constexpr int kTile = 8;                      // tokens per tile
+constexpr size_t kChunkBytes = 384 * 1024;    // activations per token chunk
+
+inline float half(const uint16_t& h) { return _cvtsh_ss(h); }
+
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+inline int32_t trailer(const uint8_t* act_row, int64_t nb, int64_t b) {
+  int32_t v;
+  std::memcpy(&v, act_row + static_cast<size_t>(nb) * sizeof(BlockQ8_0) + static_cast<size_t>(b) * 4, 4);
+  return v;
+}
+
+struct Q4_0I16 {
+  static constexpr size_t kBlock = 16 * sizeof(BlockQ4_0);
+  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
+    const __m512i m = _mm512_set1_epi8(0x0F);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * c);
+      q[c] = _mm512_and_si512(v, m);
+      q[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+    }
+  }
+  // Activation bytes that meet quant vector c: elements 4c..4c+3 for c < 4,
+  // 16 + 4(c-4).. for the high nibbles.
+  static constexpr int act_offset(int c) { return c < 4 ? 4 * c : 16 + 4 * (c - 4); }
+};
+
+struct Q8_0I16 {
+  static constexpr size_t kBlock = 16 * sizeof(BlockQ8_0);
+  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
+    for (int c = 0; c < 8; ++c) q[c] = _mm512_loadu_si512(blk + 32 + 64 * c);
+  }
+  static constexpr int act_offset(int c) { return 4 * c; }
+};
+
+// G consecutive groups of 16 rows x T tokens. Decode (T = 1) takes two
+// groups at a time: two weight streams and twice the independent work per
+// loaded activation.
+template <class F, int G, int T>
+inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t* gp, size_t group_bytes, int64_t nb,
+                                                int64_t t0, float* y) {
+  const uint8_t* xr[T];
+  for (int j = 0; j < T; ++j) xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j) * a.x_stride;
+  __m512 acc[G][T];
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < T; ++j) acc[g][j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512 dw[G];
+    __m512i q[G][8];
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* blk = gp + g * group_bytes + static_cast<size_t>(b) * F::kBlock;
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * F::kBlock), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * F::kBlock + 64 * (F::kBlock / 128)), _MM_HINT_T0);
+      dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+      F::quants(blk, q[g]);
+    }
+    for (int j = 0; j < T; ++j) {
+      const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
+      const __m512 dx = _mm512_set1_ps(half(xb->d));
+      const __m512i init = _mm512_set1_epi32(trailer(xr[j], nb, b));
+      for (int g = 0; g < G; ++g) {
+        // Independent partial sums: vpdpbusd has a latency of several
+        // cycles, and with few tokens nothing else would fill it.
+        constexpr int kParts = T * G <= 2 ? 4 : 2;
+        __m512i s[kParts];
+        s[0] = init;
+        for (int p = 1; p < kParts; ++p) s[p] = _mm512_setzero_si512();
+        for (int c = 0; c < 8; ++c)
+          s[c % kParts] = _mm512_dpbusd_epi32(s[c % kParts], q[g][c], bcast4(xb->qs + F::act_offset(c)));
+        for (int p = 1; p < kParts; ++p) s[0] = _mm512_add_epi32(s[0], s[p]);
+        acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), _mm512_mul_ps(dw[g], dx), acc[g][j]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + g * 16 + (t0 + j) * a.ldy, acc[g][j]);
+}
+
+template <class F, int T>
+inline void tail(const GemmArgs& a, const uint8_t* gp, size_t gb, int64_t nb, int64_t t0, int64_t rem, float* y) {
+  if constexpr (T > 0) {
+    if (rem == T) tile<F, 1, T>(a, gp, gb, nb, t0, y);
+    else tail<F, T - 1>(a, gp, gb, nb, t0, rem, y);
+  }
+}
+
+template <class F>
+void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
+  const int64_t nb = a.n / 32;
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const size_t gb = 16 * a.w_stride;  // bytes of one group of 16 rows
+  int64_t chunk = static_cast<int64_t>(kChunkBytes / (a.x_stride > 0 ? a.x_stride : 1)) / kTile * kTile;
+  if (chunk < kTile) chunk = kTile;
+  const int64_t g_end = r1 / 16;
+  if (a.n_tok == 1) {
+    int64_t g = r0 / 16;
+    for (; g + 2 <= g_end; g += 2) tile<F, 2, 1>(a, w + g * gb, gb, nb, 0, a.y + g * 16);
+    if (g < g_end) tile<F, 1, 1>(a, w + g * gb, gb, nb, 0, a.y + g * 16);
+    return;
+  }
+  for (int64_t c0 = 0; c0 < a.n_tok; c0 += chunk) {
+    const int64_t c1 = c0 + chunk < a.n_tok ? c0 + chunk : a.n_tok;
+    for (int64_t g = r0 / 16; g < g_end; ++g) {
+      const uint8_t* gp = w + static_cast<size_t>(g) * gb;
+      float* y = a.y + g * 16;
+      int64_t t = c0;
+      for (; t + kTile <= c1; t += kTile) tile<F, 1, kTile>(a, gp, gb, nb, t, y);
+      if (t < c1) tail<F, kTile - 1>(a, gp, gb, nb, t, c1 - t, y);
+    }
+  }
+}
+
+}  // namespace
+
+void register_interleaved_avx512(Backend& be) {
+  be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16<Q4_0I16>;
+  be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16<Q8_0I16>;
+}
+
+}  // namespace edgelm::kernels

@@ -1,0 +1,126 @@
+// The interleaved weight layout (Layout::Interleave16): packing, and the
+// scalar reference gemm over it that the SIMD kernels are tested against.
+//
+// A group of 16 rows is stored block by block. For block b of the group:
+//
+//   Q4_0 (288 bytes = 16 x 18):
+//     d[16]        the 16 rows' f16 scales
+//     qs[4][64]    chunk c, byte 4r + j = byte 4c + j of row r's block, which
+//                  holds element 4c + j (low nibble) and 16 + 4c + j (high)
+//   Q8_0 (544 bytes = 16 x 34):
+//     d[16]        the 16 rows' f16 scales
+//     qs[8][64]    chunk c, byte 4r + j = quant 4c + j of row r, plus 128
+//                  (an unsigned byte, as vpdpbusd wants)
+//
+// So one 64-byte chunk (after splitting nibbles for Q4_0) holds four
+// consecutive elements of each of the 16 rows: vpdpbusd against the same four
+// activation bytes broadcast to every lane gives 16 rows' partial sums at once.
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "kernels/blocks.h"
+#include "kernels/fp16.h"
+
+namespace edgelm::kernels {
+namespace {
+
+constexpr size_t kQ4_0Group = 16 * sizeof(BlockQ4_0);  // bytes of one block of a 16-row group
+constexpr size_t kQ8_0Group = 16 * sizeof(BlockQ8_0);
+
+void pack_q4_0(const BlockQ4_0* src, uint8_t* dst, int64_t nb, int64_t g) {
+  uint8_t* out = dst + static_cast<size_t>(g) * 16 * static_cast<size_t>(nb) * sizeof(BlockQ4_0);
+  for (int64_t b = 0; b < nb; ++b, out += kQ4_0Group) {
+    for (int r = 0; r < 16; ++r) {
+      const BlockQ4_0& blk = src[(g * 16 + r) * nb + b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      for (int c = 0; c < 4; ++c) std::memcpy(out + 32 + 64 * c + 4 * r, blk.qs + 4 * c, 4);
+    }
+  }
+}
+
+void pack_q8_0(const BlockQ8_0* src, uint8_t* dst, int64_t nb, int64_t g) {
+  uint8_t* out = dst + static_cast<size_t>(g) * 16 * static_cast<size_t>(nb) * sizeof(BlockQ8_0);
+  for (int64_t b = 0; b < nb; ++b, out += kQ8_0Group) {
+    for (int r = 0; r < 16; ++r) {
+      const BlockQ8_0& blk = src[(g * 16 + r) * nb + b];
+      std::memcpy(out + 2 * r, &blk.d, 2);
+      for (int c = 0; c < 8; ++c)
+        for (int j = 0; j < 4; ++j)
+          out[32 + 64 * c + 4 * r + j] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[4 * c + j]) ^ 0x80u);
+    }
+  }
+}
+
+// Quant e (0..31) of row r in a packed block, without the format's offset.
+int q4_0_at(const uint8_t* blk, int r, int e) {
+  const int c = (e % 16) / 4, j = e % 4;
+  const uint8_t byte = blk[32 + 64 * c + 4 * r + j];
+  return (e < 16 ? (byte & 15) : (byte >> 4)) - 8;
+}
+int q8_0_at(const uint8_t* blk, int r, int e) {
+  return static_cast<int>(blk[32 + 64 * (e / 4) + 4 * r + e % 4]) - 128;
+}
+
+// y = sum over blocks of d_w * d_x * (integer dot), as ggml's vec_dot does.
+template <size_t kGroupBlock, int (*At)(const uint8_t*, int, int)>
+void gemm_i16_scalar(const GemmArgs& a, int64_t r0, int64_t r1) {
+  const int64_t nb = a.n / 32;
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  for (int64_t g = r0 / 16; g < r1 / 16; ++g) {
+    const uint8_t* gp = w + static_cast<size_t>(g) * 16 * a.w_stride;
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      const auto* x = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(a.x) + t * a.x_stride);
+      for (int r = 0; r < 16; ++r) {
+        float sum = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = gp + static_cast<size_t>(b) * kGroupBlock;
+          uint16_t dw;
+          std::memcpy(&dw, blk + 2 * r, 2);
+          int isum = 0;
+          for (int e = 0; e < 32; ++e) isum += At(blk, r, e) * x[b].qs[e];
+          sum += static_cast<float>(isum) * (fp::half_to_float(dw) * fp::half_to_float(x[b].d));
+        }
+        a.y[t * a.ldy + g * 16 + r] = sum;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void pack_rows(DType type, Layout layout, const void* src, void* dst, int64_t cols, int64_t r0, int64_t r1) {
+  if (layout != Layout::Interleave16 || r0 % 16 != 0 || r1 % 16 != 0 || cols % 32 != 0) std::abort();
+  const int64_t nb = cols / 32;
+  for (int64_t g = r0 / 16; g < r1 / 16; ++g) {
+    switch (type) {
+      case DType::Q4_0: pack_q4_0(static_cast<const BlockQ4_0*>(src), static_cast<uint8_t*>(dst), nb, g); break;
+      case DType::Q8_0: pack_q8_0(static_cast<const BlockQ8_0*>(src), static_cast<uint8_t*>(dst), nb, g); break;
+      default: std::abort();  // preferred_layout never picks it
+    }
+  }
+}
+
+void dequantize_packed_row(DType type, Layout layout, const void* packed, int64_t cols, int64_t r, float* dst) {
+  if (layout != Layout::Interleave16) std::abort();
+  const int64_t nb = cols / 32;
+  const size_t block = type == DType::Q4_0 ? kQ4_0Group : type == DType::Q8_0 ? kQ8_0Group : 0;
+  if (block == 0) std::abort();
+  const auto* gp = static_cast<const uint8_t*>(packed) + static_cast<size_t>(r / 16) * static_cast<size_t>(nb) * block;
+  const int row = static_cast<int>(r % 16);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = gp + static_cast<size_t>(b) * block;
+    uint16_t dh;
+    std::memcpy(&dh, blk + 2 * row, 2);
+    const float d = fp::half_to_float(dh);
+    for (int e = 0; e < 32; ++e)
+      dst[b * 32 + e] = d * static_cast<float>(type == DType::Q4_0 ? q4_0_at(blk, row, e) : q8_0_at(blk, row, e));
+  }
+}
+
+void register_interleaved_scalar(Backend& be) {
+  be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16_scalar<kQ4_0Group, q4_0_at>;
+  be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16_scalar<kQ8_0Group, q8_0_at>;
+}
+
+}  // namespace edgelm::kernels
