@@ -29,7 +29,7 @@ if [[ -z "$MODEL" ]]; then
 fi
 
 echo "demo: server log in build/demo-server.log"
-./build/edgelm serve -m "$MODEL" --slots "$SLOTS" --ctx 2048 --port "$PORT" > build/demo-server.log &
+./build/edgelm serve -m "$MODEL" --slots "$SLOTS" --ctx 2048 --port "$PORT" > build/demo-server.log 2>&1 &
 SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER' INT TERM
 for _ in $(seq 1 120); do
