@@ -54,6 +54,7 @@ Result<MemoryPlan> plan_from_flags(const Model& m, const PlanFlags& f, uint64_t 
   o.threads = f.threads > 0 ? f.threads : default_threads();
   o.extra_bytes = extra_bytes;
   o.baseline_bytes = current_rss_bytes();
+  o.pack_isa = kernels::best_isa();  // the engine packs for the ISA it runs
   return make_plan(m.config, m.weights, o, budget);
 }
 

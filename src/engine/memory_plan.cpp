@@ -68,7 +68,7 @@ MemoryPlan compute(const ModelConfig& c, const ModelWeights& w, const PlanOption
   p.kv_type = o.kv_type;
   p.budget = budget;
   p.step_tokens = std::max(1, o.step_tokens);
-  p.weights = w.bytes();
+  p.weights = o.pack_isa ? w.bytes_packed_for(*o.pack_isa) : w.bytes();
   ScratchSpec spec;
   spec.max_tokens = std::max(p.step_tokens, slots);  // every decoding slot fits in one step
   p.step_tokens = spec.max_tokens;

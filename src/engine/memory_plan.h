@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,9 @@ struct PlanOptions {
   // The process before any of the above: binary, libraries, parsed
   // metadata and tokenizer tables (measured as the RSS at planning time).
   uint64_t baseline_bytes = 0;
+  // Weights are packed for this ISA's kernels (Model::pack_for): counted at
+  // their packed size. Unset: as the file stores them.
+  std::optional<kernels::Isa> pack_isa;
 };
 
 struct MemoryPlan {

@@ -83,8 +83,13 @@ void gemm(Isa isa, const GemmArgs& a, int64_t r0, int64_t r1);
 // of a block fill a vector, so prefill and batched decode reuse each decoded
 // weight vector across tokens without per-block float work), else Rows.
 Layout preferred_layout(Isa isa, DType type, int64_t rows, int64_t cols);
+// Bytes of a rows x cols matrix of `type` in `layout` (Rows: the file's
+// size; Interleave16: the same for Q4_0/Q8_0; formats whose packed form
+// unpacks scales may take a little more).
+size_t packed_bytes(DType type, Layout layout, int64_t rows, int64_t cols);
 // Rearranges rows [r0, r1) (multiples of 16) of a GGUF-layout matrix with
-// `cols` elements per row into `layout`; dst has the source's size.
+// `cols` elements per row into `layout`; dst holds packed_bytes(type,
+// layout, rows, cols) for the whole matrix.
 void pack_rows(DType type, Layout layout, const void* src, void* dst, int64_t cols, int64_t r0, int64_t r1);
 // dst[0..cols) = the values of row r of a packed matrix (an embedding lookup
 // in a tied, packed output matrix).

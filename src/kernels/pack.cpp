@@ -89,6 +89,12 @@ void gemm_i16_scalar(const GemmArgs& a, int64_t r0, int64_t r1) {
 
 }  // namespace
 
+size_t packed_bytes(DType type, Layout layout, int64_t rows, int64_t cols) {
+  // Q4_0 and Q8_0 only move bytes.
+  (void)layout;
+  return row_bytes(type, cols) * static_cast<size_t>(rows);
+}
+
 void pack_rows(DType type, Layout layout, const void* src, void* dst, int64_t cols, int64_t r0, int64_t r1) {
   if (layout != Layout::Interleave16 || r0 % 16 != 0 || r1 % 16 != 0 || cols % 32 != 0) std::abort();
   const int64_t nb = cols / 32;

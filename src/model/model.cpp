@@ -44,7 +44,7 @@ Result<uint64_t> Model::pack_for(kernels::Isa isa, ThreadPool& pool) {
   for (TensorView* t : matrices(weights)) {
     if (kernels::preferred_layout(isa, t->type, t->rows, t->cols) == kernels::Layout::Rows) continue;
     todo.push_back(t);
-    total += (t->bytes() + 63) / 64 * 64;
+    total += (kernels::packed_bytes(t->type, kernels::Layout::Interleave16, t->rows, t->cols) + 63) / 64 * 64;
   }
   if (todo.empty()) return uint64_t{0};
   EDGELM_ASSIGN(packed, Region::map(total, "packed weights"));
@@ -62,7 +62,7 @@ Result<uint64_t> Model::pack_for(kernels::Isa isa, ThreadPool& pool) {
     file.mapping().release(static_cast<size_t>(src.data - file.mapping().data()), src.bytes());
     t->data = dst;
     t->layout = kernels::Layout::Interleave16;
-    dst += (src.bytes() + 63) / 64 * 64;
+    dst += (kernels::packed_bytes(src.type, kernels::Layout::Interleave16, src.rows, src.cols) + 63) / 64 * 64;
   }
   if (tied) weights.token_embd = weights.output;  // lookups read rows back from the packed layout
   return static_cast<uint64_t>(total);

@@ -70,6 +70,19 @@ uint64_t ModelWeights::bytes() const {
   return n;
 }
 
+uint64_t ModelWeights::bytes_packed_for(kernels::Isa isa) const {
+  uint64_t n = bytes();
+  auto adjust = [&](const TensorView& t) {
+    if (!t.present() || t.layout != kernels::Layout::Rows) return;
+    const kernels::Layout l = kernels::preferred_layout(isa, t.type, t.rows, t.cols);
+    if (l != kernels::Layout::Rows) n = n - t.bytes() + kernels::packed_bytes(t.type, l, t.rows, t.cols);
+  };
+  for (const LayerWeights& l : layers)
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) adjust(*t);
+  adjust(output);
+  return n;
+}
+
 Result<ModelWeights> bind_weights(const gguf::File& f, const ModelConfig& c) {
   Binder b(
       f.path(), [&](std::string_view n) { return f.find_tensor(n); },

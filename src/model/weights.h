@@ -25,7 +25,11 @@ struct TensorView {
   kernels::Layout layout = kernels::Layout::Rows;  // Interleave16 once packed (model/model.h)
 
   bool present() const { return data != nullptr; }
-  size_t bytes() const { return row_bytes * static_cast<size_t>(rows); }
+  // Bytes in memory (the packed size once packed).
+  size_t bytes() const {
+    return layout == kernels::Layout::Rows ? row_bytes * static_cast<size_t>(rows)
+                                           : kernels::packed_bytes(type, layout, rows, cols);
+  }
   const float* f32() const { return reinterpret_cast<const float*>(data); }
 };
 
@@ -52,6 +56,8 @@ struct ModelWeights {
 
   // Bytes of tensor data the forward pass reads (a tied output counted once).
   uint64_t bytes() const;
+  // The same once packed for `isa`'s preferred layouts (Model::pack_for).
+  uint64_t bytes_packed_for(kernels::Isa isa) const;
 };
 
 // Binds every tensor the forward pass needs, checking presence, shape and
