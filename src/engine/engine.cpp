@@ -170,7 +170,7 @@ Status Engine::submit(int slot, std::span<const int32_t> prompt, const GenerateP
   s.max_tokens = std::min(p.max_tokens, plan_.ctx - s.n_prompt);
   s.params = p;
   s.rng = Rng(p.sampling.seed);
-  s.n_past = 0;
+  s.n_past.store(0, std::memory_order_relaxed);
   s.n_out.store(0);
   s.finish.store(static_cast<uint8_t>(Finish::None));
   s.cancel.store(false);
@@ -248,7 +248,7 @@ int Engine::min_remaining_tokens() const {
     const Slot& s = slots_[static_cast<size_t>(i)];
     const auto st = static_cast<SlotState>(s.state.load());
     if (st != SlotState::Queued && st != SlotState::Prefill && st != SlotState::Decode) continue;
-    const int rem = std::max(0, s.max_tokens - static_cast<int>(s.n_out.load())) + std::max(0, s.n_prompt - s.n_past);
+    const int rem = std::max(0, s.max_tokens - static_cast<int>(s.n_out.load())) + std::max(0, s.n_prompt - s.n_past.load(std::memory_order_relaxed));
     if (best < 0 || rem < best) best = rem;
   }
   return std::max(best, 0);
@@ -323,7 +323,7 @@ bool Engine::step_once() {
     Slot& s = slots_[static_cast<size_t>(i)];
     if (s.state.load() != static_cast<uint32_t>(SlotState::Decode)) continue;
     const int n_out = static_cast<int>(s.n_out.load());
-    batch_.push_back({s.tokens[s.n_prompt + n_out - 1], s.n_past, i, true});
+    batch_.push_back({s.tokens[s.n_prompt + n_out - 1], s.n_past.load(std::memory_order_relaxed), i, true});
     batch_slot_.push_back(i);
     ++n_decode;
   }
@@ -344,9 +344,10 @@ bool Engine::step_once() {
   for (int i = 0; i < n_slots && budget > 0; ++i) {
     Slot& s = slots_[static_cast<size_t>(i)];
     if (s.state.load() != static_cast<uint32_t>(SlotState::Prefill)) continue;
-    const int take = std::min(budget, s.n_prompt - s.n_past);
+    const int n_past = s.n_past.load(std::memory_order_relaxed);
+    const int take = std::min(budget, s.n_prompt - n_past);
     for (int k = 0; k < take; ++k) {
-      const int pos = s.n_past + k;
+      const int pos = n_past + k;
       const bool last = pos == s.n_prompt - 1;
       batch_.push_back({s.tokens[pos], pos, i, last});
       if (last) batch_slot_.push_back(i);
@@ -365,7 +366,7 @@ bool Engine::step_once() {
   }
   opts_.pad_step(t0, static_cast<int>(batch_.size()));
   // Advance the caches.
-  for (const BatchToken& b : batch_) slots_[static_cast<size_t>(b.slot)].n_past = b.pos + 1;
+  for (const BatchToken& b : batch_) slots_[static_cast<size_t>(b.slot)].n_past.store(b.pos + 1, std::memory_order_relaxed);
 
   const int n_vocab = model_->config.n_vocab;
   for (size_t r = 0; r < batch_slot_.size(); ++r) {

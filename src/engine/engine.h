@@ -145,7 +145,9 @@ class Engine {
     TokenLogprob* lp = nullptr;    // [ctx][1 + kMaxTopLogprobs]: per output token
     int n_prompt = 0;
     int max_tokens = 0;
-    int n_past = 0;  // engine: tokens already in the KV cache
+    // Tokens already in the KV cache: written by the engine, read (relaxed)
+    // by admission for Retry-After.
+    std::atomic<int> n_past{0};
     GenerateParams params;
     Rng rng;
   };
