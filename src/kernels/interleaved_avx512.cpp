@@ -18,6 +18,10 @@
 #include "kernels/blocks.h"
 
 namespace edgelm::kernels {
+
+// The K formats' interleaved kernels (interleaved_kquants_avx512.cpp).
+void register_interleaved_kquants_avx512(Backend& be);
+
 namespace {
 
 constexpr int kTile = 8;                      // tokens per tile
@@ -142,6 +146,7 @@ void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
 void register_interleaved_avx512(Backend& be) {
   be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16<Q4_0I16>;
   be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16<Q8_0I16>;
+  register_interleaved_kquants_avx512(be);
 }
 
 }  // namespace edgelm::kernels

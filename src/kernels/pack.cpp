@@ -15,6 +15,9 @@
 // So one 64-byte chunk (after splitting nibbles for Q4_0) holds four
 // consecutive elements of each of the 16 rows: vpdpbusd against the same four
 // activation bytes broadcast to every lane gives 16 rows' partial sums at once.
+//
+// The K formats (Q4_K, Q5_K, Q6_K) are packed per super-block of 256 in
+// pack_kquants.cpp; this file dispatches to it.
 #include <cstdlib>
 #include <cstring>
 
@@ -23,6 +26,14 @@
 #include "kernels/fp16.h"
 
 namespace edgelm::kernels {
+
+// pack_kquants.cpp: bytes of one super-block of a 16-row group (0 for a type
+// it does not pack), packing of group g, read-back of row r, scalar gemm.
+size_t kquant_group_sb_bytes(DType type);
+void pack_kquant_group(DType type, const void* src, void* dst, int64_t cols, int64_t g);
+void dequantize_kquant_packed_row(DType type, const void* packed, int64_t cols, int64_t r, float* dst);
+void register_interleaved_kquants_scalar(Backend& be);
+
 namespace {
 
 constexpr size_t kQ4_0Group = 16 * sizeof(BlockQ4_0);  // bytes of one block of a 16-row group
@@ -90,13 +101,19 @@ void gemm_i16_scalar(const GemmArgs& a, int64_t r0, int64_t r1) {
 }  // namespace
 
 size_t packed_bytes(DType type, Layout layout, int64_t rows, int64_t cols) {
-  // Q4_0 and Q8_0 only move bytes.
-  (void)layout;
-  return row_bytes(type, cols) * static_cast<size_t>(rows);
+  // Q4_0 and Q8_0 only move bytes; the K formats unpack their scales.
+  const size_t sb = kquant_group_sb_bytes(type);
+  if (layout == Layout::Rows || sb == 0) return row_bytes(type, cols) * static_cast<size_t>(rows);
+  return static_cast<size_t>((rows + 15) / 16) * static_cast<size_t>(cols / kQK_K) * sb;
 }
 
 void pack_rows(DType type, Layout layout, const void* src, void* dst, int64_t cols, int64_t r0, int64_t r1) {
   if (layout != Layout::Interleave16 || r0 % 16 != 0 || r1 % 16 != 0 || cols % 32 != 0) std::abort();
+  if (kquant_group_sb_bytes(type) != 0) {
+    if (cols % kQK_K != 0) std::abort();
+    for (int64_t g = r0 / 16; g < r1 / 16; ++g) pack_kquant_group(type, src, dst, cols, g);
+    return;
+  }
   const int64_t nb = cols / 32;
   for (int64_t g = r0 / 16; g < r1 / 16; ++g) {
     switch (type) {
@@ -109,6 +126,10 @@ void pack_rows(DType type, Layout layout, const void* src, void* dst, int64_t co
 
 void dequantize_packed_row(DType type, Layout layout, const void* packed, int64_t cols, int64_t r, float* dst) {
   if (layout != Layout::Interleave16) std::abort();
+  if (kquant_group_sb_bytes(type) != 0) {
+    dequantize_kquant_packed_row(type, packed, cols, r, dst);
+    return;
+  }
   const int64_t nb = cols / 32;
   const size_t block = type == DType::Q4_0 ? kQ4_0Group : type == DType::Q8_0 ? kQ8_0Group : 0;
   if (block == 0) std::abort();
@@ -127,6 +148,7 @@ void dequantize_packed_row(DType type, Layout layout, const void* packed, int64_
 void register_interleaved_scalar(Backend& be) {
   be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16_scalar<kQ4_0Group, q4_0_at>;
   be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16_scalar<kQ8_0Group, q8_0_at>;
+  register_interleaved_kquants_scalar(be);
 }
 
 }  // namespace edgelm::kernels

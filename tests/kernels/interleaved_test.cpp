@@ -1,6 +1,7 @@
-// The interleaved layout: packing keeps every byte, and the interleaved gemm
-// (scalar reference and every SIMD kernel) gives the same products as the
-// row-layout gemm on the same weights and activations.
+// The interleaved layout: packing keeps every byte (Q4_0/Q8_0) or every value
+// (the K formats, whose scales are unpacked), rows read back exactly, and the
+// interleaved gemm (scalar reference and every SIMD kernel) gives the same
+// products as the row-layout gemm on the same weights and activations.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,6 +39,20 @@ Acts random_acts(DType wtype, int64_t n_tok, int64_t cols, std::mt19937& rng) {
   return a;
 }
 
+// The formats with an interleaved layout.
+const std::vector<DType>& packed_types() {
+  static const std::vector<DType> v = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  return v;
+}
+
+bool is_kquant(DType t) { return dtype_info(t).block_size == 256; }
+
+std::vector<uint8_t> pack(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> p(packed_bytes(t, Layout::Interleave16, rows, cols));
+  pack_rows(t, Layout::Interleave16, w.data(), p.data(), cols, 0, rows);
+  return p;
+}
+
 std::vector<float> run(Isa isa, DType t, Layout layout, const std::vector<uint8_t>& w, const Acts& x, int64_t rows,
                        int64_t cols, int64_t n_tok, int64_t r0, int64_t r1) {
   std::vector<float> y(static_cast<size_t>(rows * n_tok), -7.0f);
@@ -69,32 +84,47 @@ TEST(Interleaved, Q4_0PackingIsAPermutationOfTheBytes) {
   EXPECT_EQ(hist_w, hist_p);
 }
 
-TEST(Interleaved, EveryIsaMatchesTheRowLayout) {
-  std::mt19937 rng(11);
-  for (DType t : {DType::Q4_0, DType::Q8_0}) {
-    for (int64_t rows : {16, 48, 160}) {
-      for (int64_t cols : {32, 64, 1536}) {
-        auto w = random_matrix(t, rows, cols, rng);
-        std::vector<uint8_t> packed(w.size());
-        pack_rows(t, Layout::Interleave16, w.data(), packed.data(), cols, 0, rows);
-        for (int64_t n_tok : {1, 2, 3, 7, 8, 9, 17, 33}) {
-          const Acts x = random_acts(t, n_tok, cols, rng);
-          const int64_t r0 = rows > 16 ? 16 : 0;
-          const auto want = run(Isa::Scalar, t, Layout::Rows, w, x, rows, cols, n_tok, r0, rows);
-          for (Isa isa : supported_isas()) {
-            const auto got = run(isa, t, Layout::Interleave16, packed, x, rows, cols, n_tok, r0, rows);
-            for (int64_t tok = 0; tok < n_tok; ++tok) {
-              for (int64_t r = 0; r < rows; ++r) {
-                const float a = want[static_cast<size_t>(tok * rows + r)];
-                const float b = got[static_cast<size_t>(tok * rows + r)];
-                ASSERT_NEAR(a, b, 1e-4f * (1.0f + std::fabs(a)))
-                    << dtype_name(t) << " " << isa_name(isa) << " rows=" << rows << " cols=" << cols
-                    << " n_tok=" << n_tok << " at (" << tok << ", " << r << ")";
-              }
-            }
-          }
+// Compares every ISA's interleaved gemm with the scalar row-layout gemm on
+// rows [16, rows) (or all of a single group) for several token counts.
+void expect_matches_rows(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const auto packed = pack(t, w, rows, cols);
+  for (int64_t n_tok : {1, 2, 3, 7, 8, 9, 17, 33}) {
+    const Acts x = random_acts(t, n_tok, cols, rng);
+    const int64_t r0 = rows > 16 ? 16 : 0;
+    const auto want = run(Isa::Scalar, t, Layout::Rows, w, x, rows, cols, n_tok, r0, rows);
+    for (Isa isa : supported_isas()) {
+      const auto got = run(isa, t, Layout::Interleave16, packed, x, rows, cols, n_tok, r0, rows);
+      for (int64_t tok = 0; tok < n_tok; ++tok) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float a = want[static_cast<size_t>(tok * rows + r)];
+          const float b = got[static_cast<size_t>(tok * rows + r)];
+          ASSERT_NEAR(a, b, 1e-4f * (1.0f + std::fabs(a)))
+              << dtype_name(t) << " " << isa_name(isa) << " rows=" << rows << " cols=" << cols << " n_tok=" << n_tok
+              << " at (" << tok << ", " << r << ")";
         }
       }
+    }
+  }
+}
+
+TEST(Interleaved, EveryIsaMatchesTheRowLayout) {
+  std::mt19937 rng(11);
+  for (DType t : packed_types()) {
+    for (int64_t rows : {16, 48, 160}) {
+      const std::vector<int64_t> widths = is_kquant(t) ? std::vector<int64_t>{256, 768, 2304}
+                                                       : std::vector<int64_t>{32, 64, 1536};
+      for (int64_t cols : widths) expect_matches_rows(t, random_matrix(t, rows, cols, rng), rows, cols, rng);
+    }
+  }
+}
+
+// Uniformly random bits: every quant, scale and minimum value occurs,
+// extremes included (Q6_K scales of -128, 6-bit scales and minimums of 63).
+TEST(Interleaved, KQuantsMatchTheRowLayoutOnRandomBits) {
+  std::mt19937 rng(12);
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (int64_t rows : {32, 64}) {
+      for (int64_t cols : {256, 1536}) expect_matches_rows(t, test::random_weights(t, rows, cols, rng), rows, cols, rng);
     }
   }
 }
@@ -108,8 +138,38 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
     if (isa == Isa::Scalar) {
       EXPECT_EQ(l, Layout::Rows);
     }
+    for (DType t : {DType::Q4_K, DType::Q6_K}) {
+      EXPECT_EQ(preferred_layout(isa, t, 1536, 8960), isa == Isa::Avx512 ? Layout::Interleave16 : Layout::Rows)
+          << dtype_name(t) << " " << isa_name(isa);
+      EXPECT_EQ(preferred_layout(isa, t, 1530, 1536), Layout::Rows);
+    }
     EXPECT_EQ(preferred_layout(isa, DType::Q4_0, 1530, 1536), Layout::Rows);  // rows not a multiple of 16
-    EXPECT_EQ(preferred_layout(isa, DType::Q6_K, 1536, 1536), Layout::Rows);  // no interleaved kernel
+    EXPECT_EQ(preferred_layout(isa, DType::Q3_K, 1536, 1536), Layout::Rows);  // no interleaved kernel
+  }
+}
+
+// Q4_0/Q8_0 only move bytes; the K formats' unpacked scales cost 64 bytes per
+// group and super-block (Q4_K, Q5_K) or nothing (Q6_K).
+TEST(Interleaved, PackedSizes) {
+  for (DType t : packed_types()) EXPECT_EQ(packed_bytes(t, Layout::Rows, 48, 1536), row_bytes(t, 1536) * 48);
+  EXPECT_EQ(packed_bytes(DType::Q4_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_0, 1536) * 48);
+  EXPECT_EQ(packed_bytes(DType::Q8_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q8_0, 1536) * 48);
+  EXPECT_EQ(packed_bytes(DType::Q4_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_K, 1536) * 48 + 3 * 6 * 64);
+  EXPECT_EQ(packed_bytes(DType::Q5_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_K, 1536) * 48 + 3 * 6 * 64);
+  EXPECT_EQ(packed_bytes(DType::Q6_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q6_K, 1536) * 48);
+}
+
+// Model::pack_for splits a matrix's groups across threads: packing row
+// ranges one by one gives the same bytes as packing the whole matrix.
+TEST(Interleaved, PackingRowRangesMatchesPackingAll) {
+  std::mt19937 rng(4);
+  for (DType t : packed_types()) {
+    const int64_t cols = is_kquant(t) ? 512 : 96;
+    auto w = random_matrix(t, 64, cols, rng);
+    const auto all = pack(t, w, 64, cols);
+    std::vector<uint8_t> parts(all.size(), 0xAB);
+    for (int64_t r0 : {48, 0, 32, 16}) pack_rows(t, Layout::Interleave16, w.data(), parts.data(), cols, r0, r0 + 16);
+    EXPECT_EQ(all, parts) << dtype_name(t);
   }
 }
 
@@ -121,15 +181,20 @@ namespace {
 
 TEST(Interleaved, RowsReadBackFromThePackedLayout) {
   std::mt19937 rng(3);
-  for (DType t : {DType::Q4_0, DType::Q8_0}) {
-    auto w = random_matrix(t, 48, 128, rng);
-    std::vector<uint8_t> p(w.size());
-    pack_rows(t, Layout::Interleave16, w.data(), p.data(), 128, 0, 48);
-    for (int64_t r : {0, 5, 16, 47}) {
-      std::vector<float> want(128), got(128);
-      dequantize_row(t, w.data() + static_cast<size_t>(r) * row_bytes(t, 128), want.data(), 128);
-      dequantize_packed_row(t, Layout::Interleave16, p.data(), 128, r, got.data());
-      EXPECT_EQ(want, got) << dtype_name(t) << " row " << r;
+  for (DType t : packed_types()) {
+    const int64_t cols = is_kquant(t) ? 768 : 128;
+    // Quantized values, and for the K formats also random bits (every
+    // scale, minimum and quant value).
+    std::vector<std::vector<uint8_t>> mats = {random_matrix(t, 48, cols, rng)};
+    if (is_kquant(t)) mats.push_back(test::random_weights(t, 48, cols, rng));
+    for (const auto& w : mats) {
+      const auto p = pack(t, w, 48, cols);
+      for (int64_t r : {0, 5, 16, 31, 47}) {
+        std::vector<float> want(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
+        dequantize_row(t, w.data() + static_cast<size_t>(r) * row_bytes(t, cols), want.data(), cols);
+        dequantize_packed_row(t, Layout::Interleave16, p.data(), cols, r, got.data());
+        EXPECT_EQ(want, got) << dtype_name(t) << " row " << r;
+      }
     }
   }
 }
