@@ -16,6 +16,8 @@ bash scripts/fetch-openai-client.sh || echo "test.sh: the openai npm package is 
 BUILD="${BUILD:-build}"
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DEDGELM_WERROR=ON ${CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD" -j"$(nproc)"
+# BUILD_TARGETS: only these targets (a sanitizer stage that runs a subset).
+# shellcheck disable=SC2086
+cmake --build "$BUILD" -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
 cd "$BUILD"
 ctest --output-on-failure -j"${CTEST_JOBS:-2}" ${CTEST_ARGS:-}
