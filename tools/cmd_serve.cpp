@@ -44,6 +44,10 @@ int serve_main(ServeFlags f) {
     return 1;
   }
   f.server.truncate = *trunc;
+  if (const double s = f.server.admission.max_slowdown; s != 0 && s < 1) {
+    fmt::print(stderr, "error: --max-slowdown {} is below 1: a stream cannot be promised more than a lone stream's speed (0 turns it off)\n", s);
+    return 1;
+  }
   spdlog::info("[INIT] loading {}", f.plan.model);
   auto model = Model::load(f.plan.model);
   if (!model.ok()) {
@@ -79,6 +83,7 @@ int serve_main(ServeFlags f) {
   // within the per-token time the gate promises (0.5 s when the gate is off),
   // so a long prompt never stalls the streams already running.
   eo.max_step_seconds = f.server.admission.min_stream_rate > 0 ? 1.0 / f.server.admission.min_stream_rate : 0.5;
+  eo.max_slowdown = f.server.admission.max_slowdown;
   eo.min_step_seconds = f.debug_step_ms / 1000.0;
   eo.min_token_seconds = f.debug_token_ms / 1000.0;
   auto engine = Engine::create(std::move(model).value(), std::move(tok).value(), *plan, eo);
@@ -156,6 +161,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--min-stream-rate", s.admission.min_stream_rate,
                   "Tokens/s every admitted stream must keep; new requests that would break it get 429 (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 10000.0));
+  cmd->add_option("--max-slowdown", s.admission.max_slowdown,
+                  "Admitted streams keep at least 1/F of a lone stream's tokens/s: longer steps and new requests that "
+                  "would break it wait or get 429 (0: off)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
   cmd->add_option("--truncate", f->truncate, "Prompts longer than a slot: keep-end, keep-start, none (400)")->capture_default_str();
   cmd->add_option("--default-max-tokens", s.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-body", s.max_body_bytes, "Largest request body in bytes")->capture_default_str();

@@ -330,13 +330,15 @@ bool Engine::step_once() {
   // Then prefill, in chunks: small while streams are running, so their next
   // token is not held up behind a long prompt.
   int budget = plan_.step_tokens - static_cast<int>(batch_.size());
-  if (n_decode > 0 && opts_.max_step_seconds > 0) {
+  if (n_decode > 0 && (opts_.max_step_seconds > 0 || opts_.max_slowdown > 0)) {
     StepModel m;
     {
       std::lock_guard<std::mutex> lk(stats_mu_);
       m = stats_.step_model;
     }
-    const double room = opts_.max_step_seconds - m.predict(n_decode);
+    double cap = opts_.max_step_seconds > 0 ? opts_.max_step_seconds : 1e9;
+    if (opts_.max_slowdown > 0 && m.predict(1) > 0) cap = std::min(cap, opts_.max_slowdown * m.predict(1));
+    const double room = cap - m.predict(n_decode);
     const int fit = m.b > 0 ? static_cast<int>(room / m.b) : budget;
     budget = std::min(budget, std::max(opts_.min_prefill_chunk, fit));
   }

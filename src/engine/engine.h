@@ -56,6 +56,10 @@ struct EngineOptions {
   // advance. 0 disables the time limit. With no stream decoding, a step takes
   // up to the plan's step_tokens.
   double max_step_seconds = 0;
+  // And within max_slowdown x the predicted time of a one-token step (a
+  // lone stream's time per token), so admitted streams keep at least
+  // 1 / max_slowdown of a lone stream's speed. 0: no such limit.
+  double max_slowdown = 0;
   int min_prefill_chunk = 1;
   // Testing aids: every step takes at least min_step_seconds +
   // min_token_seconds x tokens, as on a slower board (the step-time model

@@ -25,6 +25,12 @@ double predicted_stream_rate(const StepModel& m, int streams) {
   return t > 0 ? 1.0 / t : 1e9;
 }
 
+double stream_rate_floor(const AdmissionOptions& o, const StepModel& m) {
+  double floor = o.min_stream_rate;
+  if (o.max_slowdown > 0 && m.predict(1) > 0) floor = std::max(floor, predicted_stream_rate(m, 1) / o.max_slowdown);
+  return floor;
+}
+
 int retry_after_seconds(int min_remaining_tokens, double per_stream_rate) {
   if (per_stream_rate <= 0) return 1;
   const double s = std::ceil(static_cast<double>(std::max(min_remaining_tokens, 1)) / per_stream_rate);
@@ -51,7 +57,7 @@ Decision Admission::precheck() const {
   // With nothing running, one stream is the best this hardware can do:
   // admit it even below the floor, or the server would refuse forever and
   // never measure itself again.
-  if (d.predicted_rate < o_.min_stream_rate && st.active > 0) {
+  if (d.predicted_rate < stream_rate_floor(o_, st.step_model) && st.active > 0) {
     Decision r = refuse(Reason::Throughput);
     r.predicted_rate = d.predicted_rate;
     return r;

@@ -26,6 +26,8 @@ constexpr int kReasonCount = 7;
 
 struct AdmissionOptions {
   double min_stream_rate = 5.0;  // tokens/s every admitted stream must keep
+  // ... and at least 1 / max_slowdown of what a lone stream gets (0: off).
+  double max_slowdown = 2.0;
   int queue = 0;                 // requests that may wait for a slot (0: reject at once)
   double queue_timeout_s = 10.0;
 };
@@ -42,6 +44,9 @@ struct Decision {
 // steps of t = a + b * streams. (Prefill shares a step only as far as the
 // engine keeps the step within 1 / min_stream_rate.)
 double predicted_stream_rate(const StepModel& m, int streams);
+// The rate every admitted stream is promised: the larger of min_stream_rate
+// and a lone stream's predicted rate / max_slowdown.
+double stream_rate_floor(const AdmissionOptions& o, const StepModel& m);
 
 // Seconds until a slot is likely to free: the soonest-finishing stream's
 // remaining tokens at the measured per-stream rate, rounded up, at least 1.

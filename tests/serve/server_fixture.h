@@ -31,7 +31,11 @@ struct LiveServer {
     int ctx = 256;
     double step_ms = 5;   // every engine step takes at least this long ...
     double token_ms = 0;  // ... plus this per token in the step
-    serve::ServerOptions server;
+    serve::ServerOptions server = [] {
+      serve::ServerOptions s;
+      s.admission.max_slowdown = 0;  // the relative gate only where a test asks for it
+      return s;
+    }();
   };
 
   explicit LiveServer(Options o) {
@@ -58,6 +62,7 @@ struct LiveServer {
     eo.min_step_seconds = o.step_ms / 1000.0;
     eo.min_token_seconds = o.token_ms / 1000.0;
     eo.max_step_seconds = o.server.admission.min_stream_rate > 0 ? 1.0 / o.server.admission.min_stream_rate : 0;
+    eo.max_slowdown = o.server.admission.max_slowdown;
     auto e = Engine::create(std::move(m).value(), std::move(tok).value(), *plan, eo);
     EXPECT_TRUE(e.ok()) << e.message();
     engine = std::move(e).value();

@@ -213,6 +213,34 @@ TEST(Serve, ThroughputGateRefusesWhatWouldSlowEveryone) {
   EXPECT_EQ(s.client().Get("/ready")->status, 200);
 }
 
+// The relative gate: steps of 20 ms + 30 ms per token give a lone stream
+// 20 tokens/s; --max-slowdown 2 promises every stream 10, so (as above) two
+// streams are admitted and a third is refused with slots free, with no
+// absolute floor set.
+TEST(Serve, MaxSlowdownRefusesAStreamThatWouldHalveTheOthersSpeed) {
+  LiveServer::Options o;
+  o.slots = 4;
+  o.step_ms = 20;
+  o.token_ms = 30;
+  o.server.admission.min_stream_rate = 0;
+  o.server.admission.max_slowdown = 2;
+  LiveServer s(o);
+  auto a = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/completions", R"({"prompt":"a","max_tokens":40,"ignore_eos":true})", "application/json");
+  });
+  auto b = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/completions", R"({"prompt":"b","max_tokens":40,"ignore_eos":true})", "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(s.engine->active_slots(), 2);
+  auto third = s.client().Post("/v1/completions", R"({"prompt":"c","max_tokens":5})", "application/json");
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, 429) << third->body;
+  EXPECT_EQ(parse(third->body)["error"]["code"], "throughput");
+  EXPECT_EQ(a.get()->status, 200);
+  EXPECT_EQ(b.get()->status, 200);
+}
+
 TEST(Serve, DisconnectMidStreamFreesTheSlot) {
   LiveServer::Options o;
   o.slots = 1;

@@ -1,0 +1,63 @@
+// The gate's arithmetic: per-stream rates from the step model, the floor
+// every admitted stream is promised, and Retry-After.
+#include "serve/admission.h"
+
+#include <gtest/gtest.h>
+
+namespace edgelm::serve {
+namespace {
+
+StepModel model(double a, double b) {
+  StepModel m;
+  m.a = a;
+  m.b = b;
+  return m;
+}
+
+TEST(Admission, PredictedRatePerStream) {
+  const StepModel m = model(0.040, 0.010);  // a lone stream: 50 ms per token
+  EXPECT_DOUBLE_EQ(predicted_stream_rate(m, 1), 20.0);
+  EXPECT_DOUBLE_EQ(predicted_stream_rate(m, 4), 12.5);
+  EXPECT_DOUBLE_EQ(predicted_stream_rate(m, 0), 20.0);  // counted as one
+}
+
+TEST(Admission, FloorIsTheLargerOfAbsoluteAndRelative) {
+  const StepModel m = model(0.040, 0.010);
+  AdmissionOptions o;
+  o.min_stream_rate = 5;
+  o.max_slowdown = 2;
+  EXPECT_DOUBLE_EQ(stream_rate_floor(o, m), 10.0);  // 20 / 2
+  o.min_stream_rate = 15;
+  EXPECT_DOUBLE_EQ(stream_rate_floor(o, m), 15.0);
+  o.min_stream_rate = 0;
+  o.max_slowdown = 0;
+  EXPECT_DOUBLE_EQ(stream_rate_floor(o, m), 0.0);  // both off
+  o.max_slowdown = 4;
+  EXPECT_DOUBLE_EQ(stream_rate_floor(o, m), 5.0);
+  // No step model yet (nothing measured): only the absolute floor.
+  o.min_stream_rate = 3;
+  EXPECT_DOUBLE_EQ(stream_rate_floor(o, StepModel{}), 3.0);
+}
+
+// With a = 40 ms, b = 10 ms and a slowdown of 2, a step may take 100 ms:
+// six streams (100 ms) keep the promise, a seventh (110 ms) would not.
+TEST(Admission, SlowdownBoundsTheStreamCount) {
+  const StepModel m = model(0.040, 0.010);
+  AdmissionOptions o;
+  o.min_stream_rate = 0;
+  o.max_slowdown = 2;
+  const double floor = stream_rate_floor(o, m);
+  EXPECT_GE(predicted_stream_rate(m, 6), floor - 1e-9);
+  EXPECT_LT(predicted_stream_rate(m, 7), floor);
+}
+
+TEST(Admission, RetryAfterFromTheSoonestFinishingStream) {
+  EXPECT_EQ(retry_after_seconds(30, 10.0), 3);
+  EXPECT_EQ(retry_after_seconds(31, 10.0), 4);  // rounded up
+  EXPECT_EQ(retry_after_seconds(0, 10.0), 1);   // at least 1
+  EXPECT_EQ(retry_after_seconds(10, 0.0), 1);   // no rate measured yet
+  EXPECT_EQ(retry_after_seconds(1 << 30, 1.0), 3600);
+}
+
+}  // namespace
+}  // namespace edgelm::serve
