@@ -82,6 +82,7 @@ std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a
   o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"kv\"}} {}\n", p.kv);
   o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"scratch\"}} {}\n", p.scratch);
   o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"other\"}} {}\n", p.sampler + p.slot_state + p.extra);
+  o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"process\"}} {}\n", p.baseline);
   gauge("edgelm_memory_budget_bytes", "The hard memory budget the plan was held against.", static_cast<double>(p.budget.bytes));
   gauge("edgelm_resident_memory_bytes", "Resident set size of the process.", static_cast<double>(current_rss_bytes()));
   return o;
