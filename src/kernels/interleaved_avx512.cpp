@@ -26,6 +26,11 @@ namespace {
 
 constexpr int kTile = 8;                      // tokens per tile
 constexpr size_t kChunkBytes = 384 * 1024;    // activations per token chunk
+// Blocks prefetched ahead in each group's stream: 2.3 KiB for Q4_0. Decode
+// of Qwen2-1.5B Q4_0 at 2 threads, medians of 5: 4 blocks (two lines each)
+// 19.2 tokens/s, 4 blocks (every line) 21.5, 8 blocks 22.5, 12-16 the same
+// within noise.
+constexpr int kPrefetch = 8;
 
 inline float half(const uint16_t& h) { return _cvtsh_ss(h); }
 
@@ -80,8 +85,12 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
     __m512i q[G][8];
     for (int g = 0; g < G; ++g) {
       const uint8_t* blk = gp + g * group_bytes + static_cast<size_t>(b) * F::kBlock;
-      _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * F::kBlock), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * F::kBlock + 64 * (F::kBlock / 128)), _MM_HINT_T0);
+      // Every line of the block kPrefetch blocks ahead (a block is 4.5 or
+      // 8.5 cache lines, so consecutive blocks share some).
+      {
+        const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kBlock);
+        for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+      }
       dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
       F::quants(blk, q[g]);
     }
