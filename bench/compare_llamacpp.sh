@@ -59,7 +59,7 @@ if "bandwidth_gb_per_s" in e:
 PY
   if command -v gnuplot >/dev/null; then
     gnuplot <<GP
-set terminal pngcairo size 800,500
+set terminal pngcairo noenhanced size 800,500
 set output "$OUT/$name.streams.png"
 set title "$name: aggregate decode tokens/s against parallel streams ($THREADS threads)"
 set xlabel "parallel streams"; set ylabel "tokens/s (all streams)"; set key left top; set grid
