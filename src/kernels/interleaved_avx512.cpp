@@ -7,15 +7,14 @@
 // starts from the activation row's trailer (-offset * sum of quants), which
 // removes the format's offset exactly.
 //
-// Loop order: tokens in chunks whose activations stay in L2; within a chunk,
-// groups of rows (each group's weights are read from memory once per chunk
-// and stay in L1/L2 for its token tiles); within a group, token tiles.
+// The loop nest around the tiles is interleaved_driver.h's.
 #include <immintrin.h>
 
 #include <cstring>
 
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
+#include "kernels/interleaved_driver.h"
 
 namespace edgelm::kernels {
 
@@ -24,8 +23,6 @@ void register_interleaved_kquants_avx512(Backend& be);
 
 namespace {
 
-constexpr int kTile = 8;                      // tokens per tile
-constexpr size_t kChunkBytes = 384 * 1024;    // activations per token chunk
 // Blocks prefetched ahead in each group's stream: 2.3 KiB for Q4_0. Decode
 // of Qwen2-1.5B Q4_0 at 2 threads, medians of 5: 4 blocks (two lines each)
 // 19.2 tokens/s, 4 blocks (every line) 21.5, 8 blocks 22.5, 12-16 the same
@@ -116,38 +113,13 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
     for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + g * 16 + (t0 + j) * a.ldy, acc[g][j]);
 }
 
-template <class F, int T>
-inline void tail(const GemmArgs& a, const uint8_t* gp, size_t gb, int64_t nb, int64_t t0, int64_t rem, float* y) {
-  if constexpr (T > 0) {
-    if (rem == T) tile<F, 1, T>(a, gp, gb, nb, t0, y);
-    else tail<F, T - 1>(a, gp, gb, nb, t0, rem, y);
-  }
-}
-
 template <class F>
 void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
   const int64_t nb = a.n / 32;
-  const auto* w = static_cast<const uint8_t*>(a.w);
   const size_t gb = 16 * a.w_stride;  // bytes of one group of 16 rows
-  int64_t chunk = static_cast<int64_t>(kChunkBytes / (a.x_stride > 0 ? a.x_stride : 1)) / kTile * kTile;
-  if (chunk < kTile) chunk = kTile;
-  const int64_t g_end = r1 / 16;
-  if (a.n_tok == 1) {
-    int64_t g = r0 / 16;
-    for (; g + 2 <= g_end; g += 2) tile<F, 2, 1>(a, w + g * gb, gb, nb, 0, a.y + g * 16);
-    if (g < g_end) tile<F, 1, 1>(a, w + g * gb, gb, nb, 0, a.y + g * 16);
-    return;
-  }
-  for (int64_t c0 = 0; c0 < a.n_tok; c0 += chunk) {
-    const int64_t c1 = c0 + chunk < a.n_tok ? c0 + chunk : a.n_tok;
-    for (int64_t g = r0 / 16; g < g_end; ++g) {
-      const uint8_t* gp = w + static_cast<size_t>(g) * gb;
-      float* y = a.y + g * 16;
-      int64_t t = c0;
-      for (; t + kTile <= c1; t += kTile) tile<F, 1, kTile>(a, gp, gb, nb, t, y);
-      if (t < c1) tail<F, kTile - 1>(a, gp, gb, nb, t, c1 - t, y);
-    }
-  }
+  i16_drive(a, r0, r1, gb, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
+    tile<F, G, T>(a, gp, gb, nb, t0, y);
+  });
 }
 
 }  // namespace

@@ -1,0 +1,68 @@
+// Internal: the loop nest of the interleaved-layout (Layout::Interleave16)
+// gemms, shared by the Q4_0/Q8_0 and the K-format kernels. A kernel supplies
+// its tile as a callable
+//
+//   tile.template operator()<G, T>(const uint8_t* gp, int64_t t0, float* y)
+//     // G consecutive groups of 16 rows from gp, tokens [t0, t0 + T),
+//     // y = the output column of the first row of the first group
+//
+// Loop order: decode (one token) takes two groups at a time (two weight
+// streams, and each activation broadcast feeds both); otherwise tokens in
+// chunks whose activations stay in L2, within a chunk groups of rows (each
+// group's weights read from memory once per chunk, then from L1/L2 for every
+// token tile), within a group token tiles of 8 and one tail tile.
+//
+// Internal linkage, as tile_driver.h: only for files compiled with the same
+// target flags as the kernel that includes it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace edgelm::kernels {
+namespace {
+
+constexpr int kI16Tile = 8;                    // tokens per tile
+constexpr size_t kI16ChunkBytes = 384 * 1024;  // activations per token chunk
+
+template <int T, class Tile>
+inline void i16_tail(Tile& tile, const uint8_t* gp, int64_t t0, int64_t rem, float* y) {
+  if constexpr (T > 0) {
+    if (rem == T) {
+      tile.template operator()<1, T>(gp, t0, y);
+    } else {
+      i16_tail<T - 1>(tile, gp, t0, rem, y);
+    }
+  }
+}
+
+// Rows [r0, r1) (multiples of 16) of the matrix at w, whose groups of 16 rows
+// are group_bytes apart.
+template <class Tile>
+inline void i16_drive(const GemmArgs& a, int64_t r0, int64_t r1, size_t group_bytes, Tile&& tile) {
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const int64_t g_end = r1 / 16;
+  if (a.n_tok == 1) {
+    int64_t g = r0 / 16;
+    for (; g + 2 <= g_end; g += 2) tile.template operator()<2, 1>(w + g * group_bytes, 0, a.y + g * 16);
+    if (g < g_end) tile.template operator()<1, 1>(w + g * group_bytes, 0, a.y + g * 16);
+    return;
+  }
+  int64_t chunk = static_cast<int64_t>(kI16ChunkBytes / (a.x_stride > 0 ? a.x_stride : 1)) / kI16Tile * kI16Tile;
+  if (chunk < kI16Tile) chunk = kI16Tile;
+  for (int64_t c0 = 0; c0 < a.n_tok; c0 += chunk) {
+    const int64_t c1 = c0 + chunk < a.n_tok ? c0 + chunk : a.n_tok;
+    for (int64_t g = r0 / 16; g < g_end; ++g) {
+      const uint8_t* gp = w + static_cast<size_t>(g) * group_bytes;
+      float* y = a.y + g * 16;
+      int64_t t = c0;
+      for (; t + kI16Tile <= c1; t += kI16Tile) tile.template operator()<1, kI16Tile>(gp, t, y);
+      if (t < c1) i16_tail<kI16Tile - 1>(tile, gp, t, c1 - t, y);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace edgelm::kernels
