@@ -45,34 +45,34 @@ namespace {
 
 // Per format: bytes of one super-block of a 16-row group, and where element
 // e of row r lives. get() returns the stored quant (unsigned, offset kept).
-struct Q4KPacked {
-  static constexpr size_t kBytes = 2368;
+// The low nibbles of Q4_K and Q5_K: sub-block j starts kStride * j bytes
+// after the scales and minimums.
+template <size_t kStride>
+struct KNibbles {
   static constexpr size_t kScales = 64, kMins = 192, kQuants = 320;
   static size_t nib_byte(int r, int e) {
     const int j = e / 32, i = e % 32;
-    return kQuants + 256 * static_cast<size_t>(j) + 64 * static_cast<size_t>((i % 16) / 4) + 4 * r + i % 4;
+    return kQuants + kStride * static_cast<size_t>(j) + 64 * static_cast<size_t>((i % 16) / 4) + 4 * r + i % 4;
   }
-  static int get(const uint8_t* sb, int r, int e) { return (sb[nib_byte(r, e)] >> (4 * ((e % 32) / 16))) & 15; }
-  static void put(uint8_t* sb, int r, int e, int q) {
+  static int get_lo(const uint8_t* sb, int r, int e) { return (sb[nib_byte(r, e)] >> (4 * ((e % 32) / 16))) & 15; }
+  static void put_lo(uint8_t* sb, int r, int e, int q) {
     sb[nib_byte(r, e)] = static_cast<uint8_t>(sb[nib_byte(r, e)] | (q & 15) << (4 * ((e % 32) / 16)));
   }
 };
 
-struct Q5KPacked {
+struct Q4KPacked : KNibbles<256> {
+  static constexpr size_t kBytes = 2368;
+  static int get(const uint8_t* sb, int r, int e) { return get_lo(sb, r, e); }
+  static void put(uint8_t* sb, int r, int e, int q) { put_lo(sb, r, e, q); }
+};
+
+struct Q5KPacked : KNibbles<320> {
   static constexpr size_t kBytes = 2880;
-  static constexpr size_t kScales = 64, kMins = 192, kQuants = 320;
-  static size_t nib_byte(int r, int e) {
-    const int j = e / 32, i = e % 32;
-    return kQuants + 320 * static_cast<size_t>(j) + 64 * static_cast<size_t>((i % 16) / 4) + 4 * r + i % 4;
-  }
   static size_t hi_byte(int r, int e) { return kQuants + 320 * static_cast<size_t>(e / 32) + 256 + 4 * r + e % 4; }
   static int hi_bit(int e) { return 4 * ((e % 32) / 16) + (e % 16) / 4; }
-  static int get(const uint8_t* sb, int r, int e) {
-    const int lo = (sb[nib_byte(r, e)] >> (4 * ((e % 32) / 16))) & 15;
-    return lo | ((sb[hi_byte(r, e)] >> hi_bit(e)) & 1) << 4;
-  }
+  static int get(const uint8_t* sb, int r, int e) { return get_lo(sb, r, e) | ((sb[hi_byte(r, e)] >> hi_bit(e)) & 1) << 4; }
   static void put(uint8_t* sb, int r, int e, int q) {
-    sb[nib_byte(r, e)] = static_cast<uint8_t>(sb[nib_byte(r, e)] | (q & 15) << (4 * ((e % 32) / 16)));
+    put_lo(sb, r, e, q);
     sb[hi_byte(r, e)] = static_cast<uint8_t>(sb[hi_byte(r, e)] | ((q >> 4) & 1) << hi_bit(e));
   }
 };
