@@ -273,6 +273,61 @@ TEST(Serve, DisconnectDuringNonStreamedGenerationFreesTheSlot) {
   EXPECT_TRUE(s.wait_idle(2.0)) << "slot still held after the client left";
 }
 
+// A client that hangs up while its prompt is being prefilled: the slot is
+// freed (the first write after the hang-up fails) and the next request gets it.
+TEST(Serve, DisconnectMidPrefillFreesTheSlot) {
+  LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 10;
+  o.token_ms = 5;  // a 64-token prefill step takes ~330 ms
+  LiveServer s(o);
+  std::string words;
+  for (int i = 0; i < 150; ++i) words += "lorem ";
+  const std::string body = chat_body(words, 50, true);
+  test::send_and_hang_up(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+                         200);
+  EXPECT_TRUE(s.wait_idle(3.0)) << "slot still held after the client left mid-prefill";
+  auto r = s.client().Post("/v1/chat/completions", chat_body("next", 3, false), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+// A client that hangs up while it waits in the queue leaks nothing: its
+// place in the queue and any slot it reaches are given back, and later
+// requests are served.
+TEST(Serve, DisconnectWhileQueuedLeaksNothing) {
+  LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 10;
+  o.server.admission.queue = 1;
+  o.server.admission.queue_timeout_s = 5;
+  LiveServer s(o);
+  auto first = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/chat/completions", chat_body("one", 30, false), "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string body = chat_body("two", 200, false);
+  test::send_and_hang_up(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+                         100);
+  EXPECT_EQ(first.get()->status, 200);
+  // httplib gives a handler no way to watch its socket while it waits, so
+  // the vanished client takes the slot when the first request ends, and
+  // loses it at its first heartbeat write (at most one heartbeat of work).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while ((s.server->admission().queued() != 0 || s.engine->active_slots() != 0) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(s.server->admission().queued(), 0);
+  EXPECT_EQ(s.engine->active_slots(), 0) << "slot held by a client that left while queued";
+  for (int i = 0; i < 2; ++i) {
+    auto r = s.client().Post("/v1/chat/completions", chat_body("later", 3, false), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+}
+
 TEST(Serve, TruncatesLongPromptsByPolicy) {
   LiveServer::Options o;
   o.ctx = 64;
