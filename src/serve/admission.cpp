@@ -54,12 +54,14 @@ Decision Admission::precheck() const {
   // Every active slot (prefilling ones too) counts as a decoding stream: it will be.
   Decision d;
   d.predicted_rate = predicted_stream_rate(st.step_model, st.active + 1);
+  d.rate_floor = stream_rate_floor(o_, st.step_model);
   // With nothing running, one stream is the best this hardware can do:
   // admit it even below the floor, or the server would refuse forever and
   // never measure itself again.
-  if (d.predicted_rate < stream_rate_floor(o_, st.step_model) && st.active > 0) {
+  if (d.predicted_rate < d.rate_floor && st.active > 0) {
     Decision r = refuse(Reason::Throughput);
     r.predicted_rate = d.predicted_rate;
+    r.rate_floor = d.rate_floor;
     return r;
   }
   return d;

@@ -36,6 +36,7 @@ struct Decision {
   Reason reason = Reason::None;
   int retry_after_s = 0;     // for 429/503
   double predicted_rate = 0;  // tokens/s per stream if admitted (throughput gate)
+  double rate_floor = 0;      // the tokens/s every stream was promised when this was decided
   bool ok() const { return reason == Reason::None; }
 };
 

@@ -227,7 +227,7 @@ void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time
     case Reason::Slots: e.message = fmt::format("all {} slots are busy; retry after {} s", engine.n_slots(), d.retry_after_s); break;
     case Reason::Throughput:
       e.message = fmt::format("admitting another stream would drop every stream below {:.1f} tokens/s (predicted {:.1f}); retry after {} s",
-                              stream_rate_floor(adm.options(), engine.stats().step_model), d.predicted_rate, d.retry_after_s);
+                              d.rate_floor, d.predicted_rate, d.retry_after_s);
       break;
     case Reason::MemoryPressure: e.message = "the system is under memory pressure; retry later"; break;
     case Reason::Draining: e.message = "the server is shutting down"; break;
