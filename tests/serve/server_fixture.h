@@ -123,6 +123,13 @@ inline std::string send_and_hang_up(int port, const std::string& bytes, int ms) 
   return got;
 }
 
+// Sends a raw HTTP/1.1 POST of `body` to `path`, reads for `ms`, hangs up.
+inline std::string post_and_hang_up(int port, const std::string& path, const std::string& body, int ms) {
+  return send_and_hang_up(port, "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+                          ms);
+}
+
 inline std::string chat_body(const std::string& content, int max_tokens, bool stream, const std::string& extra = "") {
   nlohmann::json j = {{"model", "test"},
                       {"messages", {{{"role", "user"}, {"content", content}}}},

@@ -265,9 +265,7 @@ TEST(Serve, DisconnectDuringNonStreamedGenerationFreesTheSlot) {
   LiveServer s(o);
   // A client that sends its request, waits a little and hangs up.
   const std::string body = chat_body("long", 200, false);
-  test::send_and_hang_up(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
-                         300);
+  test::post_and_hang_up(s.port, "/v1/chat/completions", body, 300);
   EXPECT_EQ(s.engine->active_slots(), 1);
   // The next heartbeat write fails and the slot is freed (200 tokens would take 4 s).
   EXPECT_TRUE(s.wait_idle(2.0)) << "slot still held after the client left";
@@ -284,9 +282,7 @@ TEST(Serve, DisconnectMidPrefillFreesTheSlot) {
   std::string words;
   for (int i = 0; i < 150; ++i) words += "lorem ";
   const std::string body = chat_body(words, 50, true);
-  test::send_and_hang_up(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
-                         200);
+  test::post_and_hang_up(s.port, "/v1/chat/completions", body, 200);
   EXPECT_TRUE(s.wait_idle(3.0)) << "slot still held after the client left mid-prefill";
   auto r = s.client().Post("/v1/chat/completions", chat_body("next", 3, false), "application/json");
   ASSERT_TRUE(r);
@@ -308,9 +304,7 @@ TEST(Serve, DisconnectWhileQueuedLeaksNothing) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const std::string body = chat_body("two", 200, false);
-  test::send_and_hang_up(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
-                         100);
+  test::post_and_hang_up(s.port, "/v1/chat/completions", body, 100);
   EXPECT_EQ(first.get()->status, 200);
   // httplib gives a handler no way to watch its socket while it waits, so
   // the vanished client takes the slot when the first request ends, and
