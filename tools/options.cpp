@@ -28,6 +28,15 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& f, bool model_required) {
   cmd->add_option("--threads", f.threads, "Worker threads (default: physical cores)")->check(CLI::Range(0, 1024));
 }
 
+void add_attn_math_flag(CLI::App* cmd, PlanFlags& f) {
+  cmd->add_option("--attn-math", f.attn_math,
+                  "Attention rounding: f32, or llamacpp (query in the K cache's type, running output in f16 as "
+                  "llama.cpp's CPU flash attention does: reproduces its logits for comparison; slower, and less precise over "
+                  "long contexts)")
+      ->check(CLI::IsMember({"f32", "llamacpp"}))
+      ->capture_default_str();
+}
+
 int default_threads() {
   // Count distinct (physical id, core id) pairs; fall back to the logical count.
   std::ifstream in("/proc/cpuinfo");

@@ -19,9 +19,12 @@ struct PlanFlags {
   double reserve = 0.10;
   int batch = 256;
   int threads = 0;  // 0: physical cores
+  std::string attn_math = "f32";  // --attn-math, for the commands that run the engine
 };
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& f, bool model_required = true);
+// --attn-math (run, serve, bench: the commands that build an engine).
+void add_attn_math_flag(CLI::App* cmd, PlanFlags& f);
 // Physical cores (what --threads 0 means).
 int default_threads();
 Result<MemoryPlan> plan_from_flags(const Model& m, const PlanFlags& f, uint64_t extra_bytes = 0);

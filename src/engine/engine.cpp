@@ -76,7 +76,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
   }
   if (opts.mlock) EDGELM_TRY(e->model_->lock_weights());
 
-  e->forward_ = std::make_unique<Forward>(c, e->model_->weights, plan.scratch_layout, scratch, kv, *e->pool_, opts.isa);
+  e->forward_ = std::make_unique<Forward>(c, e->model_->weights, plan.scratch_layout, scratch, kv, *e->pool_, opts.isa,
+                                          opts.attn_math);
   e->sampler_ = std::make_unique<Sampler>(c.n_vocab);
   e->batch_.reserve(static_cast<size_t>(plan.step_tokens));
   e->batch_slot_.reserve(static_cast<size_t>(plan.slots));

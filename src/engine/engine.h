@@ -50,6 +50,8 @@ struct EngineOptions {
   // Repack matrices into the layout the ISA's kernels stream best (the
   // packed copy replaces the file's pages: same bytes in the plan).
   bool pack_weights = true;
+  // How attention rounds (model/forward.h): f32, or as llama.cpp does.
+  AttnMath attn_math = AttnMath::F32;
   // While streams are decoding, a step may add prefill tokens only as far as
   // its predicted time stays within max_step_seconds (the per-token latency
   // every stream was promised); at least min_prefill_chunk so prompts still

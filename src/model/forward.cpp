@@ -36,8 +36,16 @@ int row_chunks(int64_t rows, int64_t work, int threads) {
 
 }  // namespace
 
+std::string_view attn_math_name(AttnMath m) { return m == AttnMath::LlamaCpp ? "llamacpp" : "f32"; }
+
+Result<AttnMath> parse_attn_math(std::string_view name) {
+  if (name == "f32") return AttnMath::F32;
+  if (name == "llamacpp") return AttnMath::LlamaCpp;
+  return make_error("unknown attention math '{}' (f32, llamacpp)", name);
+}
+
 Forward::Forward(const ModelConfig& c, const ModelWeights& w, const ScratchLayout& layout, uint8_t* scratch,
-                 KvView kv, ThreadPool& pool, kernels::Isa isa)
+                 KvView kv, ThreadPool& pool, kernels::Isa isa, AttnMath attn_math)
     : c_(c),
       w_(w),
       layout_(layout),
@@ -45,6 +53,7 @@ Forward::Forward(const ModelConfig& c, const ModelWeights& w, const ScratchLayou
       kv_(kv),
       pool_(pool),
       isa_(isa),
+      attn_math_(attn_math),
       max_tokens_(layout.max_tokens),
       max_logits_(layout.max_logits) {
   // theta_i = pos * base^(-2i/rope_dim), built by repeated multiplication in
@@ -135,6 +144,10 @@ void Forward::attention(int layer, std::span<const BatchToken> batch) {
     const int kvh = h / group;
     const float* qh = q + (static_cast<size_t>(t) * c_.n_heads + h) * hd;
     float* acc = buf<float>(layout_.thread + static_cast<size_t>(thread) * layout_.per_thread);
+    if (attn_math_ == AttnMath::LlamaCpp) {
+      attend_llamacpp(layer, bt, kvh, qh, acc, out + (static_cast<size_t>(t) * c_.n_heads + h) * hdv);
+      return;
+    }
     float* scores = acc + hdv;
     std::fill(acc, acc + hdv, 0.0f);
     float m = -INFINITY, sum = 0.0f;
@@ -171,6 +184,53 @@ void Forward::attention(int layer, std::span<const BatchToken> batch) {
   } else {
     pool_.run(T * c_.n_heads, head);
   }
+}
+
+void Forward::attend_llamacpp(int layer, const BatchToken& bt, int kvh, const float* q, float* work,
+                              float* out) const {
+  const int hd = c_.head_dim, hdv = c_.head_dim_v;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const size_t k_head_bytes = row_bytes(kv_.type, hd);
+  const size_t v_head_bytes = row_bytes(kv_.type, hdv);
+  // work: the running output (hdv floats), then the query as the K cache
+  // stores it, read back as f32 (hd floats), then that query's bytes.
+  float* acc = work;
+  float* qk = work + hdv;
+  if (kv_.type == DType::F32) {
+    std::copy(q, q + hd, qk);
+  } else {
+    uint8_t* bytes = reinterpret_cast<uint8_t*>(qk + hd);
+    kernels::store_kv(kv_.type, q, bytes, hd);
+    kernels::dequantize_row(kv_.type, bytes, qk, hd);
+  }
+  const bool f16_sum = kv_.type == DType::F16;
+  std::fill(acc, acc + hdv, 0.0f);
+  float m = -INFINITY, sum = 0.0f;
+  for (int p = 0; p <= bt.pos; ++p) {
+    const float s = kernels::dot_f32_kv(isa_, kv_.type, qk, kv_.k(bt.slot, layer, p) + kvh * k_head_bytes, hd) * scale;
+    float ms = 1.0f, vs = 1.0f;
+    if (s > m) {
+      ms = std::exp(m - s);  // 0 at the first position
+      m = s;
+      for (int i = 0; i < hdv; ++i) {
+        acc[i] *= ms;
+        if (f16_sum) acc[i] = kernels::fp16_to_fp32(kernels::fp32_to_fp16(acc[i]));
+      }
+    } else {
+      vs = std::exp(s - m);
+    }
+    const uint8_t* v = kv_.v(bt.slot, layer, p) + kvh * v_head_bytes;
+    if (f16_sum) {
+      const auto* vh = reinterpret_cast<const uint16_t*>(v);
+      for (int i = 0; i < hdv; ++i)
+        acc[i] = kernels::fp16_to_fp32(kernels::fp32_to_fp16(std::fma(kernels::fp16_to_fp32(vh[i]), vs, acc[i])));
+    } else {
+      kernels::axpy_kv(isa_, kv_.type, vs, v, acc, hdv);
+    }
+    sum = sum * ms + vs;
+  }
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < hdv; ++i) out[i] = acc[i] * inv;
 }
 
 Result<const float*> Forward::step(std::span<const BatchToken> batch) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -43,11 +44,23 @@ struct BatchToken {
   bool logits;    // produce a row of logits for this token
 };
 
+// How attention rounds its arithmetic.
+//  F32: the query, the scores and the running output stay in f32 (default).
+//  LlamaCpp: as llama.cpp's CPU flash attention: the query is converted to
+//    the K cache's element type, positions are taken one at a time, and with
+//    an f16 V cache the running output is rounded to f16 after every
+//    position. Logits then agree with llama.cpp's to float rounding, at the
+//    cost of precision over long contexts (the f16 sum stops absorbing small
+//    terms) and of speed (a scalar loop).
+enum class AttnMath : uint8_t { F32, LlamaCpp };
+std::string_view attn_math_name(AttnMath m);
+Result<AttnMath> parse_attn_math(std::string_view name);
+
 class Forward {
  public:
   // scratch: layout.total bytes, 64-byte aligned, owned by the caller.
   Forward(const ModelConfig& c, const ModelWeights& w, const ScratchLayout& layout, uint8_t* scratch, KvView kv,
-          ThreadPool& pool, kernels::Isa isa);
+          ThreadPool& pool, kernels::Isa isa, AttnMath attn_math = AttnMath::F32);
 
   // Runs one step. Within the batch, the tokens of one slot must have
   // consecutive increasing positions; each attends to its slot's positions
@@ -71,6 +84,8 @@ class Forward {
   // share one conversion, as do gate and up).
   void matmul(const TensorView& w, const float* in, int T, float* out, bool same_input = false);
   void attention(int layer, std::span<const BatchToken> batch);
+  // One query head of one token, rounded as llama.cpp does (AttnMath::LlamaCpp).
+  void attend_llamacpp(int layer, const BatchToken& bt, int kvh, const float* q, float* work, float* out) const;
   void rope(float* x, int T, int n_heads, std::span<const BatchToken> batch);
 
   const ModelConfig& c_;
@@ -80,6 +95,7 @@ class Forward {
   KvView kv_;
   ThreadPool& pool_;
   kernels::Isa isa_;
+  AttnMath attn_math_;
   int max_tokens_;
   int max_logits_;
   float inv_freq_[512];  // per rotated pair: 1 / (base^(2i/rope_dim) * freq_factor_i)

@@ -44,8 +44,11 @@ ScratchLayout plan_scratch(const ModelConfig& c, const ModelWeights& w, const Sc
   L.last = add("logit_rows", R * c.n_embd * f);
   L.rope = add("rope_table", T * static_cast<size_t>(c.rope_dim) * f);
   // Online-softmax attention keeps one query head's accumulator (head_dim_v)
-  // and a block of scores per worker; it does not grow with the context.
-  L.per_thread = ((static_cast<size_t>(c.head_dim_v) + kAttnBlock) * f + 63) / 64 * 64;
+  // and a block of scores per worker (or, with AttnMath::LlamaCpp, the
+  // query converted to the K cache's type: at most 2 x head_dim floats); it
+  // does not grow with the context.
+  const size_t work = std::max<size_t>(kAttnBlock, 2 * static_cast<size_t>(c.head_dim));
+  L.per_thread = ((static_cast<size_t>(c.head_dim_v) + work) * f + 63) / 64 * 64;
   L.thread = add("attention_workers", static_cast<size_t>(std::max(1, s.n_threads)) * L.per_thread);
   return L;
 }

@@ -85,56 +85,90 @@ TEST(EngineShared, Stories260KQuantizedFirst32Tokens) {
 // piece of text: a token that ends inside a UTF-8 character (a byte token)
 // has no entry of its own. The first entry belongs to the first generated
 // token whose greedy choice is its top-1 id; we generate up to there, check
-// the token ids on the way, and compare that step's top 5.
-//
-// Tolerance: 0.05 for the float files (measured: within 0.035). The files'
-// weights are random, and with quantized weights the activations are rounded
-// to 8 bits before every product; a value that lands on the other side of a
-// rounding boundary moves later logprobs by up to ~0.2 on this model. Our own
-// double-precision emulation of the same arithmetic (tests/model/
-// reference_model.h) differs from llama.cpp's figures by as much as the engine
-// does (up to 0.23), so agreement within 0.05 on quantized files would need
-// ggml's exact summation order, not correct arithmetic. For those we require
-// the same tokens, the top-1 logprob within 0.15 and the rest within 0.25.
+// the token ids on the way, and return, for each of that step's top 5, our
+// logprob minus llama.cpp's (NaN when the token is not in our top 20).
+std::vector<double> first_entry_deviation(const std::string& file, const nlohmann::json& r, AttnMath attn) {
+  std::vector<double> dev;
+  auto e = make_engine(file, 1, 128, 2, DType::F16, 64, attn);
+  if (!e) return dev;
+  const auto prompt = r["prompt_tokens"].get<std::vector<int32_t>>();
+  const auto want = r["tokens"].get<std::vector<int32_t>>();
+  const int32_t entry_top1 = r["top5_logprobs"][0][0][0].get<int32_t>();
+  int step = 0;
+  while (step < static_cast<int>(want.size()) && want[static_cast<size_t>(step)] != entry_top1) ++step;
+  EXPECT_LT(step, 4) << file << ": the first logprob entry matches none of the first tokens";
+  if (step >= 4) return dev;
+  GenerateParams p = greedy(step + 1);
+  p.top_logprobs = 20;
+  const int slot = e->try_acquire();
+  EXPECT_TRUE(e->submit(slot, prompt, p).ok());
+  while (e->finish(slot) == Finish::None)
+    e->wait_for(slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  EXPECT_EQ(e->wait_for(slot, 0, std::chrono::steady_clock::now()), step + 1) << file;
+  for (int i = 0; i <= step; ++i) EXPECT_EQ(e->output_token(slot, i), want[static_cast<size_t>(i)]) << file << " token " << i;
+  TokenLogprob top[20];
+  e->output_logprob(slot, step, top);
+  for (const auto& pair : r["top5_logprobs"][0]) {
+    const int32_t id = pair[0].get<int32_t>();
+    double d = std::nan("");
+    for (const auto& t : top)
+      if (t.token == id) d = t.logprob - pair[1].get<double>();
+    EXPECT_FALSE(std::isnan(d)) << file << ": token " << id << " not among our top 20";
+    dev.push_back(d);
+  }
+  e->release(slot);
+  return dev;
+}
+
+// With --attn-math llamacpp the engine rounds attention as llama.cpp's CPU
+// flash attention does (query in f16, running output in f16). The files'
+// weights are random and these tiny models are chaotic at the rounding
+// level: llama.cpp itself moves these logprobs by up to 0.12 between its
+// flash-attention on and off, and two of its builds differ by 0.02 on the
+// Q4_1 file. Rounded the same way, most files agree with its figures to 1e-5
+// (the arithmetic is the same); on the others, a value that landed on the
+// other side of a rounding boundary (8-bit activation quantization, f16)
+// because the sums ran in another order moves the logprobs by up to 0.08.
+// Which files those are depends on the kernels' summation order (AVX-512,
+// AVX2 and scalar each flip different ones; 6 or 7 of the 12 files agree
+// to 1e-5 on each). So: 0.05 on the float files, 0.1 on every file, and at
+// least half the files with all five within 1e-3.
 TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5) {
+  EDGELM_REQUIRE_SHARED(ref_path, "types/greedy.json");
+  auto ref = nlohmann::json::parse(std::ifstream(ref_path));
+  ASSERT_GE(ref.size(), 12u);
+  size_t exact_files = 0;
+  for (auto& [file, r] : ref.items()) {
+    EDGELM_REQUIRE_SHARED(model, "types/" + file);
+    const bool float_weights = file.find("F16") != std::string::npos;
+    const auto dev = first_entry_deviation(model, r, AttnMath::LlamaCpp);
+    ASSERT_EQ(dev.size(), 5u) << file;
+    double worst = 0;
+    for (double d : dev) {
+      EXPECT_LE(std::fabs(d), float_weights ? 0.05 : 0.1) << file;
+      worst = std::max(worst, std::fabs(d));
+    }
+    exact_files += worst <= 1e-3;
+  }
+  EXPECT_GE(exact_files * 2, ref.size()) << exact_files << " of " << ref.size() << " files within 1e-3 of llama.cpp";
+}
+
+// The default f32 attention rounds less than llama.cpp does, so on these
+// chaotic files it differs from its figures by more: up to 0.19 measured.
+// The same tokens, the top-1 logprob within 0.15 and the rest within 0.25
+// (0.05 on the float files).
+TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5F32Attention) {
   EDGELM_REQUIRE_SHARED(ref_path, "types/greedy.json");
   auto ref = nlohmann::json::parse(std::ifstream(ref_path));
   ASSERT_GE(ref.size(), 12u);
   for (auto& [file, r] : ref.items()) {
     EDGELM_REQUIRE_SHARED(model, "types/" + file);
-    auto e = make_engine(model, 1, 128);
-    ASSERT_TRUE(e) << file;
-    const auto prompt = r["prompt_tokens"].get<std::vector<int32_t>>();
-    const auto want = r["tokens"].get<std::vector<int32_t>>();
-    const int32_t entry_top1 = r["top5_logprobs"][0][0][0].get<int32_t>();
-    int step = 0;
-    while (step < static_cast<int>(want.size()) && want[static_cast<size_t>(step)] != entry_top1) ++step;
-    ASSERT_LT(step, 4) << file << ": the first logprob entry matches none of the first tokens";
-    GenerateParams p = greedy(step + 1);
-    p.top_logprobs = 20;
-    const int slot = e->try_acquire();
-    ASSERT_TRUE(e->submit(slot, prompt, p).ok());
-    while (e->finish(slot) == Finish::None) e->wait_for(slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-    ASSERT_EQ(e->wait_for(slot, 0, std::chrono::steady_clock::now()), step + 1) << file;
-    for (int i = 0; i <= step; ++i) EXPECT_EQ(e->output_token(slot, i), want[static_cast<size_t>(i)]) << file << " token " << i;
-    TokenLogprob top[20];
-    e->output_logprob(slot, step, top);
-    const bool float_weights = file.find("F16") != std::string::npos || file.find("BF16") != std::string::npos;
-    bool first = true;
-    for (const auto& pair : r["top5_logprobs"][0]) {
-      const int32_t id = pair[0].get<int32_t>();
-      const double want_lp = pair[1].get<double>();
-      const double tol = float_weights ? 0.05 : first ? 0.15 : 0.25;
-      first = false;
-      bool found = false;
-      for (const auto& t : top) {
-        if (t.token != id) continue;
-        found = true;
-        EXPECT_NEAR(t.logprob, want_lp, tol) << file << " token " << id;
-      }
-      EXPECT_TRUE(found) << file << ": token " << id << " not among our top 20";
+    const bool float_weights = file.find("F16") != std::string::npos;
+    const auto dev = first_entry_deviation(model, r, AttnMath::F32);
+    ASSERT_EQ(dev.size(), 5u) << file;
+    for (size_t i = 0; i < dev.size(); ++i) {
+      EXPECT_LE(std::fabs(dev[i]), float_weights ? 0.05 : i == 0 ? 0.15 : 0.25) << file << " entry " << i;
     }
-    e->release(slot);
   }
 }
 

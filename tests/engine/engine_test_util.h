@@ -25,7 +25,8 @@ inline std::string synth_model(const std::string& shape, const std::string& ftyp
 }
 
 inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, int ctx, int threads = 2,
-                                           DType kv = DType::F16, int step_tokens = 64) {
+                                           DType kv = DType::F16, int step_tokens = 64,
+                                           AttnMath attn_math = AttnMath::F32) {
   auto m = Model::load(path);
   EXPECT_TRUE(m.ok()) << m.message();
   if (!m.ok()) return nullptr;
@@ -42,6 +43,7 @@ inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, i
   EXPECT_TRUE(plan.ok()) << plan.message();
   EngineOptions eo;
   eo.threads = threads;
+  eo.attn_math = attn_math;
   if (const char* isa = std::getenv("EDGELM_TEST_ISA")) {
     for (kernels::Isa i : kernels::supported_isas())
       if (kernels::isa_name(i) == isa) eo.isa = i;

@@ -31,7 +31,7 @@ std::unique_ptr<Model> synth(const std::string& shape, const std::string& ftype)
 // A Forward with its own scratch and an f32 (or other) cache of `slots` x `ctx`.
 struct Harness {
   Harness(const Model& m, int slots, int ctx, int max_tokens, DType kv_type, int threads,
-          kernels::Isa isa = kernels::best_isa())
+          kernels::Isa isa = kernels::best_isa(), AttnMath attn = AttnMath::F32)
       : pool(threads) {
     ScratchSpec spec{max_tokens, slots, threads};
     layout = plan_scratch(m.config, m.weights, spec);
@@ -44,7 +44,7 @@ struct Harness {
     kv.v_row = row_bytes(kv_type, m.config.v_dim());
     mem = Region::map(layout.total + kv.bytes(), "test").value();
     kv.base = mem.data() + layout.total;
-    fwd = std::make_unique<Forward>(m.config, m.weights, layout, mem.data(), kv, pool, isa);
+    fwd = std::make_unique<Forward>(m.config, m.weights, layout, mem.data(), kv, pool, isa, attn);
   }
   ThreadPool pool;
   ScratchLayout layout;
@@ -177,6 +177,44 @@ TEST(Forward, ChunkedPrefillAndKvTypes) {
   EXPECT_LT(max_rel_diff(q8.data(), whole), 2e-2);
   auto f32 = run(DType::F32, 64);
   EXPECT_LT(max_rel_diff(f32.data(), whole), 5e-3);
+}
+
+// llama.cpp's attention rounding (AttnMath::LlamaCpp): with an f32 cache
+// nothing is rounded, so only the online softmax's grouping differs from the
+// default; with f16 and q8_0 caches the query and (f16) running output are
+// rounded, which moves the logits a little and no more.
+TEST(Forward, LlamaCppAttentionRounding) {
+  auto m = synth("tiny-qwen2", "F16");
+  std::vector<int32_t> p;
+  for (int i = 0; i < 40; ++i) p.push_back((i * 53 + 7) % m->config.n_vocab);
+  auto run = [&](DType kv, AttnMath attn) {
+    Harness h(*m, 1, 64, 16, kv, 2, kernels::best_isa(), attn);
+    std::vector<float> out;
+    for (size_t s = 0; s < p.size(); s += 16) {
+      std::vector<BatchToken> batch;
+      for (size_t i = s; i < std::min(p.size(), s + 16); ++i)
+        batch.push_back({p[i], static_cast<int32_t>(i), 0, i + 1 == p.size()});
+      auto l = h.fwd->step(batch);
+      EXPECT_TRUE(l.ok()) << l.message();
+      if (l.ok() && batch.back().logits) out.assign(*l, *l + m->config.n_vocab);
+    }
+    return out;
+  };
+  for (DType kv : {DType::F32, DType::F16, DType::Q8_0}) {
+    const auto f32 = run(kv, AttnMath::F32);
+    const auto llama = run(kv, AttnMath::LlamaCpp);
+    ASSERT_EQ(llama.size(), f32.size());
+    const double d = max_rel_diff(llama.data(), f32);
+    if (kv == DType::F32) {
+      EXPECT_LT(d, 1e-5);
+    } else {
+      EXPECT_GT(d, 0.0) << dtype_name(kv) << ": the query is rounded, so the logits must move";
+      EXPECT_LT(d, 2e-2) << dtype_name(kv);
+    }
+  }
+  EXPECT_EQ(parse_attn_math("llamacpp").value(), AttnMath::LlamaCpp);
+  EXPECT_EQ(attn_math_name(parse_attn_math("f32").value()), "f32");
+  EXPECT_FALSE(parse_attn_math("f16").ok());
 }
 
 // Every ISA the machine has gives the same logits as the scalar kernels.
