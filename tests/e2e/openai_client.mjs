@@ -22,8 +22,10 @@ if (!["stop", "length"].includes(chat.choices[0].finish_reason)) fail("finish_re
 if (chat.usage.completion_tokens < 1 || chat.usage.total_tokens !== chat.usage.prompt_tokens + chat.usage.completion_tokens) fail("usage");
 
 const stream = await client.chat.completions.create({
+  // Greedy, so the answer is the same every run: a sampled end-of-text as
+  // the first token would leave one chunk (role and finish) plus usage.
   model, messages: [{ role: "user", content: "Count to five." }], max_tokens: 6, stream: true,
-  stream_options: { include_usage: true },
+  temperature: 0, stream_options: { include_usage: true },
 });
 let text = "", chunks = 0, finish = null, usage = null;
 for await (const chunk of stream) {
