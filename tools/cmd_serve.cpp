@@ -81,10 +81,9 @@ int serve_main(ServeFlags f) {
   eo.mlock = f.mlock;
   eo.attn_math = parse_attn_math(f.plan.attn_math).value();  // checked by the flag
   // Prefill shares steps with running streams only as far as each step stays
-  // within the per-token time the gate promises (0.5 s when the gate is off),
-  // so a long prompt never stalls the streams already running.
-  eo.max_step_seconds = f.server.admission.min_stream_rate > 0 ? 1.0 / f.server.admission.min_stream_rate : 0.5;
-  eo.max_slowdown = f.server.admission.max_slowdown;
+  // within the per-token time the gate promises, so a long prompt never
+  // stalls the streams already running.
+  serve::keep_promise(f.server.admission, eo);
   eo.min_step_seconds = f.debug_step_ms / 1000.0;
   eo.min_token_seconds = f.debug_token_ms / 1000.0;
   auto engine = Engine::create(std::move(model).value(), std::move(tok).value(), *plan, eo);

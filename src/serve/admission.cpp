@@ -31,6 +31,11 @@ double stream_rate_floor(const AdmissionOptions& o, const StepModel& m) {
   return floor;
 }
 
+void keep_promise(const AdmissionOptions& o, EngineOptions& eo) {
+  eo.max_step_seconds = o.min_stream_rate > 0 ? 1.0 / o.min_stream_rate : 0.5;
+  eo.max_slowdown = o.max_slowdown;
+}
+
 int retry_after_seconds(int min_remaining_tokens, double per_stream_rate) {
   if (per_stream_rate <= 0) return 1;
   const double s = std::ceil(static_cast<double>(std::max(min_remaining_tokens, 1)) / per_stream_rate);

@@ -49,6 +49,14 @@ double predicted_stream_rate(const StepModel& m, int streams);
 // and a lone stream's predicted rate / max_slowdown.
 double stream_rate_floor(const AdmissionOptions& o, const StepModel& m);
 
+// The engine's side of the same promise: prefill joins a step with running
+// streams only as far as the step's predicted time keeps min_stream_rate
+// (0.5 s a token when that gate is off) and within 0.85 x max_slowdown of a
+// lone stream's step (Engine's step cap). Sets eo.max_step_seconds and
+// eo.max_slowdown; everything that runs a gated engine calls this, so the
+// gate and the engine cannot promise different rates.
+void keep_promise(const AdmissionOptions& o, EngineOptions& eo);
+
 // Seconds until a slot is likely to free: the soonest-finishing stream's
 // remaining tokens at the measured per-stream rate, rounded up, at least 1.
 int retry_after_seconds(int min_remaining_tokens, double per_stream_rate);

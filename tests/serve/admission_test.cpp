@@ -51,6 +51,22 @@ TEST(Admission, SlowdownBoundsTheStreamCount) {
   EXPECT_LT(predicted_stream_rate(m, 7), floor);
 }
 
+// The engine's step cap comes from the same options as the gate's floor.
+TEST(Admission, EngineKeepsTheGatesPromise) {
+  AdmissionOptions o;
+  o.min_stream_rate = 5;
+  o.max_slowdown = 3;
+  EngineOptions eo;
+  keep_promise(o, eo);
+  EXPECT_DOUBLE_EQ(eo.max_step_seconds, 0.2);  // 1 / 5 tokens/s
+  EXPECT_DOUBLE_EQ(eo.max_slowdown, 3.0);
+  o.min_stream_rate = 0;  // absolute gate off: a step still stays under 0.5 s
+  o.max_slowdown = 0;
+  keep_promise(o, eo);
+  EXPECT_DOUBLE_EQ(eo.max_step_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(eo.max_slowdown, 0.0);
+}
+
 TEST(Admission, RetryAfterFromTheSoonestFinishingStream) {
   EXPECT_EQ(retry_after_seconds(30, 10.0), 3);
   EXPECT_EQ(retry_after_seconds(31, 10.0), 4);  // rounded up

@@ -61,8 +61,7 @@ struct LiveServer {
     eo.threads = 1;
     eo.min_step_seconds = o.step_ms / 1000.0;
     eo.min_token_seconds = o.token_ms / 1000.0;
-    eo.max_step_seconds = o.server.admission.min_stream_rate > 0 ? 1.0 / o.server.admission.min_stream_rate : 0;
-    eo.max_slowdown = o.server.admission.max_slowdown;
+    serve::keep_promise(o.server.admission, eo);
     auto e = Engine::create(std::move(m).value(), std::move(tok).value(), *plan, eo);
     EXPECT_TRUE(e.ok()) << e.message();
     engine = std::move(e).value();
