@@ -9,6 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(EDGELM_ARM64)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
 #include "kernels/fp16.h"
@@ -55,8 +60,13 @@ bool cpu_has(Isa isa) {
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
 #endif
 #if defined(EDGELM_ARM64)
-    case Isa::Neon:
-      return true;  // armv8.2-a dotprod + fp16 is the build's baseline
+    // The *_neon.cpp files are built for armv8.2-a + dotprod + fp16 (RK3588's
+    // A76, Orin's A78AE); an older core (a Raspberry Pi 4's A72) runs the
+    // scalar kernels instead of faulting.
+    case Isa::Neon: {
+      const unsigned long hw = getauxval(AT_HWCAP);
+      return (hw & HWCAP_ASIMD) && (hw & HWCAP_ASIMDDP) && (hw & HWCAP_FPHP) && (hw & HWCAP_ASIMDHP);
+    }
 #endif
     default:
       return false;

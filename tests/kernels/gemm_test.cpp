@@ -6,6 +6,9 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#elif defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
 #endif
 
 #include <cmath>
@@ -227,7 +230,10 @@ TEST(GemmDispatch, DetectsTheCpusIsas) {
   EXPECT_EQ(has(Isa::Avx512), avx512);
   EXPECT_FALSE(has(Isa::Neon));
 #elif defined(__aarch64__)
-  EXPECT_TRUE(has(Isa::Neon));
+  const unsigned long hw = getauxval(AT_HWCAP);
+  EXPECT_EQ(has(Isa::Neon),
+            (hw & HWCAP_ASIMD) && (hw & HWCAP_ASIMDDP) && (hw & HWCAP_FPHP) && (hw & HWCAP_ASIMDHP));
+  EXPECT_FALSE(has(Isa::Avx2));
 #endif
 }
 
