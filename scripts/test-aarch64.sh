@@ -69,3 +69,10 @@ log="$OUT/test.log"
 qemu-aarch64 -L /usr/aarch64-linux-gnu "$OUT/edgelm_kernels_tests" 2>&1 | tee "$log" | grep -E '^\[  (PASSED|FAILED)|supported ISAs|FAILED' || true
 grep -q '^\[  PASSED  \]' "$log" && ! grep -q '^\[  FAILED  \]' "$log" || { echo "test-aarch64: kernel tests failed"; exit 1; }
 grep -q 'supported ISAs: .*neon' "$log" || { echo "test-aarch64: the NEON kernels were not exercised"; exit 1; }
+
+# A core without the dot-product extension (a Raspberry Pi 4's Cortex-A72)
+# must fall back to the scalar kernels rather than fault.
+qemu-aarch64 -cpu cortex-a72 -L /usr/aarch64-linux-gnu "$OUT/edgelm_kernels_tests" \
+  --gtest_filter='GemmDispatch.*:HandChecked.*' > "$OUT/test-a72.log" 2>&1 || { cat "$OUT/test-a72.log"; exit 1; }
+grep -q 'supported ISAs: scalar $' "$OUT/test-a72.log" || { echo "test-aarch64: NEON chosen on a core without dotprod"; exit 1; }
+echo "test-aarch64: ok (NEON on armv8.2+dotprod+fp16, scalar on cortex-a72)"
