@@ -10,69 +10,70 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-OUT="${BUILD:-build-aarch64}"
+OUT="$ROOT/${BUILD:-build-aarch64}"
 
 need=()
 command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
 command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
 [[ -d /usr/src/googletest/googletest ]] || need+=(googletest)
 if ((${#need[@]})); then
-  apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-CXX=aarch64-linux-gnu-g++
 GT=/usr/src/googletest/googletest
-FLAGS=(-std=c++20 -O2 -g0 -Wall -Wextra -Wshadow=local -Wnon-virtual-dtor -Wno-missing-field-initializers -Werror
-       -DEDGELM_ARM64=1 -I"$ROOT/src" -I"$ROOT/tests" -I"$GT/include")
+export EDGELM_CXX=aarch64-linux-gnu-g++
+export EDGELM_FLAGS="-std=c++20 -O2 -g0 -Wall -Wextra -Wshadow=local -Wnon-virtual-dtor \
+-Wno-missing-field-initializers -Werror -DEDGELM_ARM64=1 -I$ROOT/src -I$ROOT/tests -I$GT/include"
+rm -rf "$OUT"
 mkdir -p "$OUT"
 
-# Sources: the kernels as the CMake build compiles them on aarch64 (the NEON
-# files with their target flags, no x86 files), the kernel tests that need
-# nothing but the kernels, and GoogleTest from its Debian source package.
-jobs=()
-compile() {  # OUT.o SRC [extra flags]
-  local o="$OUT/$1" src="$2"
-  shift 2
-  if [[ ! -f "$o" || "$src" -nt "$o" || -n "$(find "$ROOT/src" "$ROOT/tests/kernels" -name '*.h' -newer "$o" -print -quit)" ]]; then
-    "$CXX" "${FLAGS[@]}" "$@" -c "$src" -o "$o" &
-    jobs+=($!)
-  fi
-}
-objs=()
+# One line per object: OUT.o SRC EXTRA_FLAGS. The kernels as the CMake
+# build compiles them on aarch64 (the NEON files with their target flags,
+# no x86 files), the kernel tests that need nothing but the kernels, and
+# GoogleTest from its Debian source package.
+list="$OUT/objects.txt"
+: > "$list"
 for f in src/kernels/*.cpp src/core/dtype.cpp; do
-  case "$f" in *_avx2.cpp|*_avx512.cpp) continue ;; esac
-  extra=()
-  [[ "$f" == *_neon.cpp ]] && extra=(-march=armv8.2-a+dotprod+fp16)
-  o="$(basename "$f" .cpp).o"
-  compile "$o" "$ROOT/$f" "${extra[@]}"
-  objs+=("$OUT/$o")
+  case "$f" in *_avx2.cpp | *_avx512.cpp) continue ;; esac
+  extra="-DNONE"
+  [[ "$f" == *_neon.cpp ]] && extra="-march=armv8.2-a+dotprod+fp16"
+  echo "$OUT/$(basename "$f" .cpp).o $ROOT/$f $extra" >> "$list"
 done
 for f in tests/kernels/*_test.cpp; do
   # reference_data_test reads GGUF files through src/gguf (spdlog, fmt).
   [[ "$f" == *reference_data_test.cpp ]] && continue
-  o="t_$(basename "$f" .cpp).o"
-  compile "$o" "$ROOT/$f"
-  objs+=("$OUT/$o")
+  echo "$OUT/t_$(basename "$f" .cpp).o $ROOT/$f -DNONE" >> "$list"
 done
-compile gtest-all.o "$GT/src/gtest-all.cc" -I"$GT" -w
-compile gtest_main.o "$GT/src/gtest_main.cc" -I"$GT" -w
-objs+=("$OUT/gtest-all.o" "$OUT/gtest_main.o")
-for j in "${jobs[@]}"; do
-  wait "$j"
-done
-"$CXX" -o "$OUT/edgelm_kernels_tests" "${objs[@]}" -lpthread
+echo "$OUT/gtest-all.o $GT/src/gtest-all.cc -I$GT" >> "$list"
+echo "$OUT/gtest_main.o $GT/src/gtest_main.cc -I$GT" >> "$list"
+# shellcheck disable=SC2016
+xargs -P "$(nproc)" -L 1 sh -c '$EDGELM_CXX $EDGELM_FLAGS "$2" -c "$1" -o "$0"' < "$list"
+# shellcheck disable=SC2046
+aarch64-linux-gnu-g++ -o "$OUT/edgelm_kernels_tests" $(cut -d' ' -f1 "$list") -lpthread
 
 # qemu's default CPU for aarch64 has the dot-product and fp16 extensions, so
-# the NEON kernels run; the test run fails if dispatch did not pick them.
-log="$OUT/test.log"
-qemu-aarch64 -L /usr/aarch64-linux-gnu "$OUT/edgelm_kernels_tests" 2>&1 | tee "$log" | grep -E '^\[  (PASSED|FAILED)|supported ISAs|FAILED' || true
-grep -q '^\[  PASSED  \]' "$log" && ! grep -q '^\[  FAILED  \]' "$log" || { echo "test-aarch64: kernel tests failed"; exit 1; }
-grep -q 'supported ISAs: .*neon' "$log" || { echo "test-aarch64: the NEON kernels were not exercised"; exit 1; }
+# the NEON kernels run; the run fails if dispatch did not pick them.
+run() {  # LOG [qemu and test args]
+  local log="$1"
+  shift
+  if ! qemu-aarch64 "$@" > "$log" 2>&1; then
+    cat "$log"
+    echo "test-aarch64: kernel tests failed ($*)"
+    exit 1
+  fi
+  grep -E '^\[  PASSED|supported ISAs' "$log"
+}
+run "$OUT/test.log" -L /usr/aarch64-linux-gnu "$OUT/edgelm_kernels_tests"
+grep -q 'supported ISAs: .*neon' "$OUT/test.log" || { echo "test-aarch64: the NEON kernels were not exercised"; exit 1; }
 
 # A core without the dot-product extension (a Raspberry Pi 4's Cortex-A72)
-# must fall back to the scalar kernels rather than fault.
-qemu-aarch64 -cpu cortex-a72 -L /usr/aarch64-linux-gnu "$OUT/edgelm_kernels_tests" \
-  --gtest_filter='GemmDispatch.*:HandChecked.*' > "$OUT/test-a72.log" 2>&1 || { cat "$OUT/test-a72.log"; exit 1; }
+# must take the scalar kernels rather than fault: dispatch, the hand-checked
+# cases and the round trips run there (the scalar kernels' full comparison
+# is the run above and the x86 build's).
+run "$OUT/test-a72.log" -cpu cortex-a72 -L /usr/aarch64-linux-gnu "$OUT/edgelm_kernels_tests" \
+  --gtest_filter='GemmDispatch.*:HandChecked.*:Blocks.*:Types/RoundTrip.*:RoundTripEdge.*'
 grep -q 'supported ISAs: scalar $' "$OUT/test-a72.log" || { echo "test-aarch64: NEON chosen on a core without dotprod"; exit 1; }
 echo "test-aarch64: ok (NEON on armv8.2+dotprod+fp16, scalar on cortex-a72)"

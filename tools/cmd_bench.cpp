@@ -197,6 +197,7 @@ int bench(const BenchFlags& f) {
   eo.threads = threads;
   eo.pack_weights = !f.no_pack;
   eo.attn_math = parse_attn_math(f.plan.attn_math).value();  // checked by the flag
+  eo.isa = resolve_isa(f.plan.isa).value();  // the plan resolved it already
   auto engine = Engine::create(std::move(model).value(), std::move(tok).value(), *plan, eo);
   if (!engine.ok()) {
     fmt::print(stderr, "error: {}\n", engine.message());
@@ -242,7 +243,7 @@ void add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Measure prompt, decode and batched decode tokens/s (medians)");
   auto f = std::make_shared<BenchFlags>();
   add_plan_flags(cmd, f->plan);
-  add_attn_math_flag(cmd, f->plan);
+  add_engine_flags(cmd, f->plan);
   f->plan.budget = "auto";
   cmd->add_option("-p,--prompt", f->prompt, "Prompt tokens")->capture_default_str()->check(CLI::Range(1, 65536));
   cmd->add_option("-n,--gen", f->gen, "Generated tokens per stream")->capture_default_str()->check(CLI::Range(2, 65536));

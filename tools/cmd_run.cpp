@@ -65,6 +65,7 @@ int run(const RunFlags& f) {
   EngineOptions eo;
   eo.threads = pf.threads > 0 ? pf.threads : default_threads();
   eo.attn_math = parse_attn_math(pf.attn_math).value();  // checked by the flag
+  eo.isa = resolve_isa(pf.isa).value();  // the plan resolved it already
   auto engine = Engine::create(std::move(model).value(), std::move(tok).value(), *plan, eo);
   if (!engine.ok()) {
     fmt::print(stderr, "error: {}\n", engine.message());
@@ -140,7 +141,7 @@ void add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Generate text for one prompt (streams to stdout, timing to stderr)");
   auto f = std::make_shared<RunFlags>();
   add_plan_flags(cmd, f->plan);
-  add_attn_math_flag(cmd, f->plan);
+  add_engine_flags(cmd, f->plan);
   cmd->add_option("-p,--prompt", f->prompt, "Prompt text")->required();
   cmd->add_option("-n,--n-predict", f->n_predict, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--temp", f->temp, "Temperature (0: greedy)")->capture_default_str();

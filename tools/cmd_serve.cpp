@@ -80,6 +80,7 @@ int serve_main(ServeFlags f) {
   eo.threads = f.plan.threads > 0 ? f.plan.threads : default_threads();
   eo.mlock = f.mlock;
   eo.attn_math = parse_attn_math(f.plan.attn_math).value();  // checked by the flag
+  eo.isa = resolve_isa(f.plan.isa).value();  // the plan resolved it already
   // Prefill shares steps with running streams only as far as each step stays
   // within the per-token time the gate promises, so a long prompt never
   // stalls the streams already running.
@@ -150,7 +151,7 @@ void add_serve_command(CLI::App& app) {
                      kDefaultConfigPath))
       ->force_callback();
   add_plan_flags(cmd, f->plan);
-  add_attn_math_flag(cmd, f->plan);
+  add_engine_flags(cmd, f->plan);
   auto& s = f->server;
   cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", s.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));

@@ -28,13 +28,28 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& f, bool model_required) {
   cmd->add_option("--threads", f.threads, "Worker threads (default: physical cores)")->check(CLI::Range(0, 1024));
 }
 
-void add_attn_math_flag(CLI::App* cmd, PlanFlags& f) {
+void add_engine_flags(CLI::App* cmd, PlanFlags& f) {
   cmd->add_option("--attn-math", f.attn_math,
                   "Attention rounding: f32, or llamacpp (query in the K cache's type, running output in f16 as "
                   "llama.cpp's CPU flash attention does: reproduces its logits for comparison; slower, and less precise over "
                   "long contexts)")
       ->check(CLI::IsMember({"f32", "llamacpp"}))
       ->capture_default_str();
+  cmd->add_option("--isa", f.isa,
+                  "Kernels' instruction set: auto (the best this CPU has), scalar, avx2, avx512, neon; e.g. avx2 to "
+                  "see what a CPU without AVX-512 would do")
+      ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx512", "neon"}))
+      ->capture_default_str();
+}
+
+Result<kernels::Isa> resolve_isa(const std::string& name) {
+  if (name.empty() || name == "auto") return kernels::best_isa();
+  std::string have;
+  for (kernels::Isa i : kernels::supported_isas()) {
+    if (kernels::isa_name(i) == name) return i;
+    have += std::string(have.empty() ? "" : ", ") + std::string(kernels::isa_name(i));
+  }
+  return make_error("--isa {}: this CPU (or build) runs only {}", name, have);
 }
 
 int default_threads() {
@@ -63,7 +78,8 @@ Result<MemoryPlan> plan_from_flags(const Model& m, const PlanFlags& f, uint64_t 
   o.threads = f.threads > 0 ? f.threads : default_threads();
   o.extra_bytes = extra_bytes;
   o.baseline_bytes = current_rss_bytes();
-  o.pack_isa = kernels::best_isa();  // the engine packs for the ISA it runs
+  EDGELM_ASSIGN(const kernels::Isa isa, resolve_isa(f.isa));
+  o.pack_isa = isa;  // the engine packs for the ISA it runs
   return make_plan(m.config, m.weights, o, budget);
 }
 

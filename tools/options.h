@@ -20,11 +20,15 @@ struct PlanFlags {
   int batch = 256;
   int threads = 0;  // 0: physical cores
   std::string attn_math = "f32";  // --attn-math, for the commands that run the engine
+  std::string isa = "auto";       // --isa: the kernels' instruction set (auto: the best this CPU has)
 };
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& f, bool model_required = true);
-// --attn-math (run, serve, bench: the commands that build an engine).
-void add_attn_math_flag(CLI::App* cmd, PlanFlags& f);
+// --attn-math and --isa (run, serve, bench: the commands that build an engine).
+void add_engine_flags(CLI::App* cmd, PlanFlags& f);
+// The instruction set --isa names ("auto": the best this CPU runs); an error
+// when this CPU or build lacks it.
+Result<kernels::Isa> resolve_isa(const std::string& name);
 // Physical cores (what --threads 0 means).
 int default_threads();
 Result<MemoryPlan> plan_from_flags(const Model& m, const PlanFlags& f, uint64_t extra_bytes = 0);

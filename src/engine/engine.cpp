@@ -67,6 +67,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
     p += lp_bytes;
   }
   kv.base = p;
+  // Every worker owns a slice of the attention scratch: no more workers than
+  // the plan made slices for.
+  if (std::max(1, opts.threads) > plan.scratch_layout.n_threads)
+    return make_error("{} threads, but the memory plan has attention scratch for {}", opts.threads,
+                      plan.scratch_layout.n_threads);
   e->pool_ = std::make_unique<ThreadPool>(std::max(1, opts.threads));
   if (opts.pack_weights) {
     EDGELM_ASSIGN(const uint64_t packed, e->model_->pack_for(opts.isa, *e->pool_));

@@ -96,9 +96,11 @@ Result<MemoryPlan> make_plan(const ModelConfig& c, const ModelWeights& w, const 
   if (o.ctx < 0 || o.ctx > (1 << 24)) return make_error("--ctx must be between 1 and {}, got {}", 1 << 24, o.ctx);
   if (o.step_tokens < 1 || o.step_tokens > 65536)
     return make_error("--batch must be between 1 and 65536, got {}", o.step_tokens);
-  if (o.kv_type == DType::Q8_0 && (c.k_dim() % 32 != 0 || c.v_dim() % 32 != 0))
-    return make_error("KV type q8_0 needs K/V widths that are multiples of 32 (this model: {}, {})", c.k_dim(),
-                      c.v_dim());
+  // Each KV head's row is addressed and converted on its own, so each head,
+  // not just the whole K/V row, must be a whole number of q8_0 blocks.
+  if (o.kv_type == DType::Q8_0 && (c.head_dim % 32 != 0 || c.head_dim_v % 32 != 0))
+    return make_error("KV type q8_0 needs head widths that are multiples of 32 (this model: K {}, V {})",
+                      c.head_dim, c.head_dim_v);
   const int ctx = o.ctx > 0 ? o.ctx : std::min(2048, c.n_ctx_train);
 
   MemoryPlan p;

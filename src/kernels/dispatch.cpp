@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(EDGELM_ARM64)
+#if defined(EDGELM_ARM64) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
 #endif
@@ -64,8 +64,12 @@ bool cpu_has(Isa isa) {
     // A76, Orin's A78AE); an older core (a Raspberry Pi 4's A72) runs the
     // scalar kernels instead of faulting.
     case Isa::Neon: {
+#if defined(__linux__)
       const unsigned long hw = getauxval(AT_HWCAP);
       return (hw & HWCAP_ASIMD) && (hw & HWCAP_ASIMDDP) && (hw & HWCAP_FPHP) && (hw & HWCAP_ASIMDHP);
+#else
+      return true;  // Apple's arm64 cores all have dotprod and fp16
+#endif
     }
 #endif
     default:

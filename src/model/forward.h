@@ -49,9 +49,11 @@ struct BatchToken {
 //  LlamaCpp: as llama.cpp's CPU flash attention: the query is converted to
 //    the K cache's element type, positions are taken one at a time, and with
 //    an f16 V cache the running output is rounded to f16 after every
-//    position. Logits then agree with llama.cpp's to float rounding, at the
-//    cost of precision over long contexts (the f16 sum stops absorbing small
-//    terms) and of speed (a scalar loop).
+//    position. With an f16 cache (the default) logits then agree with
+//    llama.cpp's to float rounding; with q8_0 the query is quantized as it
+//    does but the sums are taken in float, so agreement is close, not exact.
+//    The cost: precision over long contexts (the f16 sum stops absorbing
+//    small terms) and speed (the f16 update is a scalar loop).
 enum class AttnMath : uint8_t { F32, LlamaCpp };
 std::string_view attn_math_name(AttnMath m);
 Result<AttnMath> parse_attn_math(std::string_view name);

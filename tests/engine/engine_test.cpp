@@ -132,7 +132,8 @@ std::vector<double> first_entry_deviation(const std::string& file, const nlohman
 // Which files those are depends on the kernels' summation order (AVX-512,
 // AVX2 and scalar each flip different ones; 6 or 7 of the 12 files agree
 // to 1e-5 on each). So: 0.05 on the float files, 0.1 on every file, and at
-// least half the files with all five within 1e-3.
+// least 5 files with all five within 1e-3 (without the f16 rounding of the
+// running output, none of them is).
 TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5) {
   EDGELM_REQUIRE_SHARED(ref_path, "types/greedy.json");
   auto ref = nlohmann::json::parse(std::ifstream(ref_path));
@@ -146,11 +147,11 @@ TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5) {
     double worst = 0;
     for (double d : dev) {
       EXPECT_LE(std::fabs(d), float_weights ? 0.05 : 0.1) << file;
-      worst = std::max(worst, std::fabs(d));
+      worst = std::isnan(d) ? INFINITY : std::max(worst, std::fabs(d));
     }
     exact_files += worst <= 1e-3;
   }
-  EXPECT_GE(exact_files * 2, ref.size()) << exact_files << " of " << ref.size() << " files within 1e-3 of llama.cpp";
+  EXPECT_GE(exact_files, 5u) << exact_files << " of " << ref.size() << " files within 1e-3 of llama.cpp";
 }
 
 // The default f32 attention rounds less than llama.cpp does, so on these
@@ -188,6 +189,25 @@ TEST(Engine, ConcurrentSlotsMatchSolo) {
     threads.emplace_back([&, i] { together[i] = generate(*e, prompts[i], p); });
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i], solo[i]) << "request " << i;
+}
+
+// Each worker thread owns a slice of the planned attention scratch.
+TEST(Engine, MoreThreadsThanThePlanHasScratchForIsAnError) {
+  auto m = Model::load(synth_model("tiny-llama", "Q8_0"));
+  ASSERT_TRUE(m.ok()) << m.message();
+  auto tok = tokenizer::Tokenizer::from_gguf((*m)->file);
+  ASSERT_TRUE(tok.ok());
+  PlanOptions po;
+  po.slots = 1;
+  po.ctx = 32;
+  po.threads = 1;
+  auto plan = make_plan((*m)->config, (*m)->weights, po, Budget{1ull << 40, "test"});
+  ASSERT_TRUE(plan.ok());
+  EngineOptions eo;
+  eo.threads = 2;
+  auto e = Engine::create(std::move(m).value(), std::move(tok).value(), *plan, eo);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("attention scratch for 1"), std::string::npos) << e.message();
 }
 
 TEST(Engine, SlotsAreFiniteAndReusable) {

@@ -145,6 +145,24 @@ TEST(MemoryPlan, Q8KvHalvesTheCache) {
   EXPECT_LT(q8.kv, f16.kv * 55 / 100);
 }
 
+// Each KV head is a row of its own in the cache: with q8_0, a head of 80
+// (4 x 80 = 320, a multiple of 32 in total) still does not fill whole blocks.
+TEST(MemoryPlan, Q8KvNeedsWholeBlocksPerHead) {
+  auto p = planned("qwen2-1.5b", "Q4_0");
+  PlanOptions o;
+  o.slots = 1;
+  o.ctx = 64;
+  o.kv_type = DType::Q8_0;
+  EXPECT_TRUE(make_plan(p.config, p.weights, o, budget(64 * kGiB)).ok());
+  p.config.head_dim = p.config.head_dim_v = 80;
+  p.config.n_kv_heads = 4;
+  auto r = make_plan(p.config, p.weights, o, budget(64 * kGiB));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("multiples of 32"), std::string::npos) << r.message();
+  o.kv_type = DType::F16;
+  EXPECT_TRUE(make_plan(p.config, p.weights, o, budget(64 * kGiB)).ok());
+}
+
 TEST(MemoryPlan, RejectsBadOptions) {
   auto p = planned("tiny-llama", "F16");
   PlanOptions o;
