@@ -9,7 +9,8 @@
 #
 # llama.cpp is not part of edgelm: build it yourself (outside this repo) and
 # point LLAMA_BIN at its bin/ folder. Env: THREADS (2), PROMPT (128), GEN (64),
-# STREAMS (1,2,4,8), REPS (3), OUT (build/bench).
+# STREAMS (1,2,4,8), REPS (3), OUT (build/bench), EDGELM_ARGS (extra flags for
+# edgelm bench, e.g. "--isa avx2" beside a llama.cpp built without AVX-512).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA_BIN="${LLAMA_BIN:?set LLAMA_BIN to the bin folder of a llama.cpp build}"
@@ -25,7 +26,7 @@ for model in "$@"; do
   name=$(basename "$model" .gguf)
   echo "== $name ($THREADS threads, load average $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$summary"
   "$EDGELM" bench -m "$model" --threads "$THREADS" -p "$PROMPT" -n "$GEN" --streams "$STREAMS" -r "$REPS" \
-    --bandwidth --json > "$OUT/$name.edgelm.json"
+    --bandwidth --json ${EDGELM_ARGS:-} > "$OUT/$name.edgelm.json"
   "$LLAMA_BIN/llama-bench" -m "$model" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r "$REPS" -o json \
     > "$OUT/$name.llama-bench.json" 2>/dev/null
   "$LLAMA_BIN/llama-batched-bench" -m "$model" -t "$THREADS" -c 8192 -b 2048 -ub 512 -npp 16 -ntg "$GEN" \
