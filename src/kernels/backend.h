@@ -50,6 +50,7 @@ const Backend& avx512_backend();
 // Each ISA's table is filled by several files, one per kernel family.
 void register_kquants_avx2(Backend& be);
 void register_act_avx2(Backend& be);
+void register_interleaved_avx2(Backend& be);
 void register_kquants_avx512(Backend& be);
 void register_interleaved_avx512(Backend& be);
 void register_act_avx512(Backend& be);
