@@ -24,6 +24,10 @@
 #include "kernels/interleaved_driver.h"
 
 namespace edgelm::kernels {
+
+// The K formats' interleaved kernels (interleaved_kquants_avx2.cpp).
+void register_interleaved_kquants_avx2(Backend& be);
+
 namespace {
 
 constexpr size_t kBlock = 16 * sizeof(BlockQ4_0);  // one block of a 16-row group
@@ -120,6 +124,9 @@ void gemm_q4_0_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-void register_interleaved_avx2(Backend& be) { be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_q4_0_i16; }
+void register_interleaved_avx2(Backend& be) {
+  be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_q4_0_i16;
+  register_interleaved_kquants_avx2(be);
+}
 
 }  // namespace edgelm::kernels

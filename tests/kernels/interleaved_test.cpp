@@ -129,6 +129,41 @@ TEST(Interleaved, KQuantsMatchTheRowLayoutOnRandomBits) {
   }
 }
 
+// The largest quants (every byte but the f16 scales set to 0xFF: Q4_0 and
+// Q4_K nibbles of 15, Q5_K 31, Q6_K 63, the largest 6-bit scales) against
+// activations of +127 or -127 everywhere: the sums the AVX2 kernels keep in
+// 16 bits reach their bound (8 x 2 x 15 x 127 = 30480 for Q4_0 and Q4_K) and
+// must not wrap.
+TEST(Interleaved, LargestQuantsAndActivationsDoNotOverflow) {
+  std::mt19937 rng(13);
+  for (DType t : packed_types()) {
+    const int64_t rows = 32, cols = is_kquant(t) ? 512 : 256;
+    auto w = test::random_weights(t, rows, cols, rng);
+    const size_t bs = dtype_info(t).type_size;
+    std::vector<bool> scale_byte(bs);
+    for (test::HalfField h : test::half_fields(t)) scale_byte[static_cast<size_t>(h.offset)] = scale_byte[static_cast<size_t>(h.offset) + 1] = true;
+    for (size_t i = 0; i < w.size(); ++i)
+      if (!scale_byte[i % bs]) w[i] = 0xFF;
+    const auto packed = pack(t, w, rows, cols);
+    for (float sign : {1.0f, -1.0f}) {
+      const int64_t n_tok = 5;
+      Acts x;
+      x.stride = act_row_bytes(t, cols);
+      x.bytes.resize(x.stride * n_tok);
+      const std::vector<float> f(static_cast<size_t>(cols), sign);
+      for (int64_t k = 0; k < n_tok; ++k)
+        quantize_activation(Isa::Scalar, t, f.data(), x.bytes.data() + static_cast<size_t>(k) * x.stride, cols);
+      const auto want = run(Isa::Scalar, t, Layout::Rows, w, x, rows, cols, n_tok, 0, rows);
+      for (Isa isa : supported_isas()) {
+        const auto got = run(isa, t, Layout::Interleave16, packed, x, rows, cols, n_tok, 0, rows);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i])))
+              << dtype_name(t) << " " << isa_name(isa) << " sign " << sign << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
   for (Isa isa : supported_isas()) {
     const Layout l = preferred_layout(isa, DType::Q4_0, 1536, 1536);
@@ -142,7 +177,8 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
       EXPECT_EQ(l, Layout::Rows);
     }
     for (DType t : {DType::Q4_K, DType::Q6_K}) {
-      EXPECT_EQ(preferred_layout(isa, t, 1536, 8960), isa == Isa::Avx512 ? Layout::Interleave16 : Layout::Rows)
+      EXPECT_EQ(preferred_layout(isa, t, 1536, 8960),
+                isa == Isa::Avx512 || isa == Isa::Avx2 ? Layout::Interleave16 : Layout::Rows)
           << dtype_name(t) << " " << isa_name(isa);
       EXPECT_EQ(preferred_layout(isa, t, 1530, 1536), Layout::Rows);
     }
