@@ -30,7 +30,7 @@ void register_interleaved_kquants_avx2(Backend& be);
 
 namespace {
 
-constexpr size_t kBlock = 16 * sizeof(BlockQ4_0);  // one block of a 16-row group
+constexpr size_t kBlock = Q4_0Layout::kBlock;
 constexpr int kPrefetch = 8;                        // blocks ahead in the weight stream
 constexpr int kSubTokens = 4;                       // tokens per pass over a half's quants
 
@@ -38,12 +38,6 @@ inline __m256i bcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
-}
-
-inline int32_t trailer(const uint8_t* act_row, int64_t nb, int64_t b) {
-  int32_t v;
-  std::memcpy(&v, act_row + static_cast<size_t>(nb) * sizeof(BlockQ8_0) + static_cast<size_t>(b) * 4, 4);
-  return v;
 }
 
 // Rows 8h..8h+7 of one packed block: nibble vectors q[0..3] are elements
@@ -56,8 +50,6 @@ inline __attribute__((always_inline)) void half_quants(const uint8_t* blk, int h
     q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
   }
 }
-
-inline constexpr int act_offset(int c) { return c < 4 ? 4 * c : 16 + 4 * (c - 4); }
 
 // Tokens [j0, j0 + TS) against half h of one group, accumulated into
 // acc[0..TS) over every block.
@@ -76,9 +68,9 @@ inline __attribute__((always_inline)) void half_pass(const uint8_t* gp, int h, i
     half_quants(blk, h, q);
     for (int j = 0; j < TS; ++j) {
       const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
-      __m256i s16 = _mm256_maddubs_epi16(q[0], bcast4(xb->qs + act_offset(0)));
-      for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[c], bcast4(xb->qs + act_offset(c))));
-      const __m256i s32 = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(trailer(xr[j], nb, b)));
+      __m256i s16 = _mm256_maddubs_epi16(q[0], bcast4(xb->qs + Q4_0Layout::act_offset(0)));
+      for (int c = 1; c < 8; ++c) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[c], bcast4(xb->qs + Q4_0Layout::act_offset(c))));
+      const __m256i s32 = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(i16_trailer(xr[j], nb, b)));
       acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))), acc[j]);
     }
   }

@@ -37,14 +37,7 @@ inline __m512i bcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-inline int32_t trailer(const uint8_t* act_row, int64_t nb, int64_t b) {
-  int32_t v;
-  std::memcpy(&v, act_row + static_cast<size_t>(nb) * sizeof(BlockQ8_0) + static_cast<size_t>(b) * 4, 4);
-  return v;
-}
-
-struct Q4_0I16 {
-  static constexpr size_t kBlock = 16 * sizeof(BlockQ4_0);
+struct Q4_0I16 : Q4_0Layout {
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
     const __m512i m = _mm512_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {
@@ -53,17 +46,12 @@ struct Q4_0I16 {
       q[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
     }
   }
-  // Activation bytes that meet quant vector c: elements 4c..4c+3 for c < 4,
-  // 16 + 4(c-4).. for the high nibbles.
-  static constexpr int act_offset(int c) { return c < 4 ? 4 * c : 16 + 4 * (c - 4); }
 };
 
-struct Q8_0I16 {
-  static constexpr size_t kBlock = 16 * sizeof(BlockQ8_0);
+struct Q8_0I16 : Q8_0Layout {
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
     for (int c = 0; c < 8; ++c) q[c] = _mm512_loadu_si512(blk + 32 + 64 * c);
   }
-  static constexpr int act_offset(int c) { return 4 * c; }
 };
 
 // G consecutive groups of 16 rows x T tokens. Decode (T = 1) takes two
@@ -94,7 +82,7 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
     for (int j = 0; j < T; ++j) {
       const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
       const __m512 dx = _mm512_set1_ps(half(xb->d));
-      const __m512i init = _mm512_set1_epi32(trailer(xr[j], nb, b));
+      const __m512i init = _mm512_set1_epi32(i16_trailer(xr[j], nb, b));
       for (int g = 0; g < G; ++g) {
         // Independent partial sums: vpdpbusd has a latency of several
         // cycles, and with few tokens nothing else would fill it.

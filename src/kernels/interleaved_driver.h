@@ -1,6 +1,7 @@
-// Internal: the loop nest of the interleaved-layout (Layout::Interleave16)
-// gemms, shared by the Q4_0/Q8_0 and the K-format kernels. A kernel supplies
-// its tile as a callable
+// Internal: what the interleaved-layout (Layout::Interleave16) gemms share: the
+// layout facts they read (block sizes, offsets, activation trailer), and their
+// loop nest, for the Q4_0/Q8_0 and the K-format kernels of every ISA. For
+// the loop nest a kernel supplies its tile as a callable
 //
 //   tile.template operator()<G, T>(const uint8_t* gp, int64_t t0, float* y)
 //     // G consecutive groups of 16 rows from gp, tokens [t0, t0 + T),
@@ -18,11 +19,54 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
+#include "kernels/blocks.h"
 #include "kernels/kernels.h"
 
 namespace edgelm::kernels {
 namespace {
+
+// ---- what every interleaved kernel reads of the layout (pack.cpp,
+// pack_kquants.cpp) and of the Q8_0 activation row (dispatch.cpp) ----------
+
+// Block b's trailer of a Q8_0 activation row: -offset * the sum of its quants.
+inline int32_t i16_trailer(const uint8_t* act_row, int64_t nb, int64_t b) {
+  int32_t v;
+  std::memcpy(&v, act_row + static_cast<size_t>(nb) * sizeof(BlockQ8_0) + static_cast<size_t>(b) * 4, 4);
+  return v;
+}
+
+// Q4_0 / Q8_0: bytes of one block of a 16-row group, and the activation
+// bytes that meet quant vector c (Q4_0: 4c.. for the low nibbles c < 4,
+// 16 + 4(c - 4).. for the high ones).
+struct Q4_0Layout {
+  static constexpr size_t kBlock = 16 * sizeof(BlockQ4_0);
+  static constexpr int act_offset(int c) { return c < 4 ? 4 * c : 16 + 4 * (c - 4); }
+};
+struct Q8_0Layout {
+  static constexpr size_t kBlock = 16 * sizeof(BlockQ8_0);
+  static constexpr int act_offset(int c) { return 4 * c; }
+};
+
+// Q4_K and Q5_K: one super-block of a group, its 8 sub-blocks of 32 (8
+// quant vectors each), and where the scales, minimums and quants start.
+template <bool kFifthBit>
+struct Q45KLayout {
+  static constexpr size_t kBytes = kFifthBit ? 2880 : 2368;
+  static constexpr int kSubs = 8, kVecs = 8;
+  static constexpr bool kMins = true;
+  static constexpr size_t kScales = 64, kMinsAt = 192, kQuants = 320, kSubBytes = kFifthBit ? 320 : 256;
+  static constexpr int act_offset(int j, int c) { return 32 * j + (c < 4 ? 4 * c : 16 + 4 * (c - 4)); }
+};
+// Q6_K: 16 sub-blocks of 16 (4 quant vectors each), int8 scales, no minimums.
+struct Q6KLayout {
+  static constexpr size_t kBytes = 3360;
+  static constexpr int kSubs = 16, kVecs = 4;
+  static constexpr bool kMins = false;
+  static constexpr size_t kScales = 32, kQuants = 288, kSubBytes = 192;
+  static constexpr int act_offset(int j, int c) { return 16 * j + 4 * c; }
+};
 
 constexpr int kI16Tile = 8;                    // tokens per tile
 constexpr size_t kI16ChunkBytes = 384 * 1024;  // activations per token chunk

@@ -57,12 +57,9 @@ struct TokSide {
 
 // Q4_K and Q5_K: 8 sub-blocks of 32, unsigned quants, scales and minimums.
 template <bool kFifthBit>
-struct Q45K {
-  static constexpr size_t kBytes = kFifthBit ? 2880 : 2368;  // one super-block of a group
-  static constexpr int kSubs = 8, kVecs = 8;
+struct Q45K : Q45KLayout<kFifthBit> {
+  using L = Q45KLayout<kFifthBit>;
   static constexpr int kWiden = kFifthBit ? 4 : 8;  // 16-bit sums per widening
-  static constexpr bool kMins = true;
-  static constexpr size_t kScales = 64, kMinsAt = 192, kQuants = 320, kSubBytes = kFifthBit ? 320 : 256;
 
   static void token(const BlockQ8_K& x, TokSide& ts) {
     ts.d = x.d;
@@ -72,13 +69,13 @@ struct Q45K {
   }
   // Rows 8h..8h+7: d * scale_j and dmin * min_j.
   static inline __attribute__((always_inline)) void scales(const uint8_t* sb, int h, int j, __m256& a, __m256& b) {
-    a = _mm256_mul_ps(halves8(sb + 16 * h), u8_floats8(sb + kScales + 16 * j + 8 * h));
-    b = _mm256_mul_ps(halves8(sb + 32 + 16 * h), u8_floats8(sb + kMinsAt + 16 * j + 8 * h));
+    a = _mm256_mul_ps(halves8(sb + 16 * h), u8_floats8(sb + L::kScales + 16 * j + 8 * h));
+    b = _mm256_mul_ps(halves8(sb + 32 + 16 * h), u8_floats8(sb + L::kMinsAt + 16 * j + 8 * h));
   }
   // Vector c < 4: elements 32j + 4c + k (low nibbles); c >= 4: 32j + 16 +
   // 4(c - 4) + k (high nibbles); Q5_K adds bit 4 from bit c of the qh bytes.
   static inline __attribute__((always_inline)) void quants(const uint8_t* sb, int h, int j, __m256i (&q)[8]) {
-    const uint8_t* p = sb + kQuants + kSubBytes * j + 32 * h;
+    const uint8_t* p = sb + L::kQuants + L::kSubBytes * j + 32 * h;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * c));
@@ -95,16 +92,11 @@ struct Q45K {
       }
     }
   }
-  static constexpr int act_offset(int j, int c) { return 32 * j + (c < 4 ? 4 * c : 16 + 4 * (c - 4)); }
 };
 
 // Q6_K: 16 sub-blocks of 16, quants 0..63 with offset 32, int8 scales.
-struct Q6K {
-  static constexpr size_t kBytes = 3360;
-  static constexpr int kSubs = 16, kVecs = 4;
+struct Q6K : Q6KLayout {
   static constexpr int kWiden = 2;
-  static constexpr bool kMins = false;
-  static constexpr size_t kScales = 32, kQuants = 288, kSubBytes = 192;
 
   static void token(const BlockQ8_K& x, TokSide& ts) {
     ts.d = x.d;
@@ -129,7 +121,6 @@ struct Q6K {
     q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4),
                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
   }
-  static constexpr int act_offset(int j, int c) { return 16 * j + 4 * c; }
 };
 
 // Half h of one group against tokens xr[0..TS): acc[t] gets rows 8h..8h+7.

@@ -66,11 +66,8 @@ struct TokSide {
 
 // Q4_K and Q5_K: 8 sub-blocks of 32, unsigned quants, scales and minimums.
 template <bool kFifthBit>
-struct Q45K {
-  static constexpr size_t kBytes = kFifthBit ? 2880 : 2368;  // one super-block of a group
-  static constexpr int kSubs = 8, kVecs = 8;
-  static constexpr bool kMins = true;
-  static constexpr size_t kScales = 64, kMinsAt = 192, kQuants = 320, kSubBytes = kFifthBit ? 320 : 256;
+struct Q45K : Q45KLayout<kFifthBit> {
+  using L = Q45KLayout<kFifthBit>;
 
   static inline __attribute__((always_inline)) void token(const BlockQ8_K& x, TokSide& ts) {
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
@@ -78,14 +75,14 @@ struct Q45K {
   }
   // 16 rows' d * scale_j and dmin * min_j.
   static inline __attribute__((always_inline)) void scales(const uint8_t* sb, int j, __m512& a, __m512& b) {
-    a = _mm512_mul_ps(halves(sb), u8_floats(sb + kScales + 16 * j));
-    b = _mm512_mul_ps(halves(sb + 32), u8_floats(sb + kMinsAt + 16 * j));
+    a = _mm512_mul_ps(halves(sb), u8_floats(sb + L::kScales + 16 * j));
+    b = _mm512_mul_ps(halves(sb + 32), u8_floats(sb + L::kMinsAt + 16 * j));
   }
   // Vector c < 4: elements 32j + 4c + k (low nibbles); c >= 4: 32j + 16 +
   // 4(c - 4) + k (high nibbles). Q5_K adds bit 4 from the sub-block's qh
   // vector (bit c of each byte for vector c).
   static inline __attribute__((always_inline)) void quants(const uint8_t* sb, int j, __m512i (&q)[8]) {
-    const uint8_t* p = sb + kQuants + kSubBytes * j;
+    const uint8_t* p = sb + L::kQuants + L::kSubBytes * j;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {
       const __m512i v = _mm512_loadu_si512(p + 64 * c);
@@ -101,15 +98,10 @@ struct Q45K {
       }
     }
   }
-  static constexpr int act_offset(int j, int c) { return 32 * j + (c < 4 ? 4 * c : 16 + 4 * (c - 4)); }
 };
 
 // Q6_K: 16 sub-blocks of 16, quants 0..63 with offset 32, int8 scales.
-struct Q6K {
-  static constexpr size_t kBytes = 3360;
-  static constexpr int kSubs = 16, kVecs = 4;
-  static constexpr bool kMins = false;
-  static constexpr size_t kScales = 32, kQuants = 288, kSubBytes = 192;
+struct Q6K : Q6KLayout {
 
   static inline __attribute__((always_inline)) void token(const BlockQ8_K& x, TokSide& ts) {
     const __m512i b = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)));
@@ -132,7 +124,6 @@ struct Q6K {
     q[2] = select_or(_mm512_srli_epi16(v0, 4), _mm512_and_si512(h, m30), m4);
     q[3] = select_or(_mm512_srli_epi16(v1, 4), _mm512_and_si512(_mm512_srli_epi16(h, 2), m30), m4);
   }
-  static constexpr int act_offset(int j, int c) { return 16 * j + 4 * c; }
 };
 
 // G consecutive groups of 16 rows x T tokens; gp is the first group, gb the
