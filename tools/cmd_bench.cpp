@@ -118,10 +118,10 @@ std::pair<double, double> run_streams(Engine& e, int k, int prompt, int gen, uin
   gp.sampling.temperature = 0;
   gp.max_tokens = gen;
   gp.ignore_eos = true;
-  std::vector<int> slots;
+  std::vector<SlotRef> slots;
   const auto t0 = Clock::now();
   for (int i = 0; i < k; ++i) {
-    const int s = e.try_acquire();
+    const SlotRef s = e.try_acquire();
     slots.push_back(s);
     (void)e.submit(s, random_prompt(prompt, e.model().config.n_vocab, seed + static_cast<uint64_t>(i)), gp);
   }
@@ -129,17 +129,17 @@ std::pair<double, double> run_streams(Engine& e, int k, int prompt, int gen, uin
   // there until the last stream ends.
   double prefill = 0;
   for (int i = 0; i < k; ++i) {
-    e.wait_for(slots[static_cast<size_t>(i)], 0, Clock::now() + std::chrono::minutes(10));
+    e.wait_for(slots[static_cast<size_t>(i)].slot, 0, Clock::now() + std::chrono::minutes(10));
     if (i == 0) prefill = secs(Clock::now() - t0).count();
   }
   const auto t1 = Clock::now();
-  for (int s : slots) {
-    while (e.finish(s) == Finish::None) e.wait_for(s, 1 << 30, Clock::now() + std::chrono::seconds(10));
+  for (const SlotRef& s : slots) {
+    while (e.finish(s.slot) == Finish::None) e.wait_for(s.slot, 1 << 30, Clock::now() + std::chrono::seconds(10));
   }
   const double dec = secs(Clock::now() - t1).count();
   int tokens = 0;
-  for (int s : slots) tokens += e.wait_for(s, 1 << 30, Clock::now()) - 1;
-  for (int s : slots) e.release(s);
+  for (const SlotRef& s : slots) tokens += e.wait_for(s.slot, 1 << 30, Clock::now()) - 1;
+  for (const SlotRef& s : slots) e.release(s);
   return {prefill, tokens / std::max(dec, 1e-9)};
 }
 

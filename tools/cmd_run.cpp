@@ -86,9 +86,10 @@ int run(const RunFlags& f) {
     return 1;
   }
   e.start();
-  const int slot = e.try_acquire();
+  const SlotRef ref = e.try_acquire();
+  const int slot = ref.slot;
   const auto t0 = std::chrono::steady_clock::now();
-  if (auto st = e.submit(slot, prompt, gp); !st.ok()) {
+  if (auto st = e.submit(ref, prompt, gp); !st.ok()) {
     fmt::print(stderr, "error: {}\n", st.message());
     return 1;
   }
@@ -124,7 +125,7 @@ int run(const RunFlags& f) {
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fflush(stdout);
   const Finish fin = e.finish(slot);
-  e.release(slot);
+  e.release(ref);
   e.stop();
   using secs = std::chrono::duration<double>;
   const double prompt_s = seen > 0 ? secs(t_first - t0).count() : secs(t_end - t0).count();

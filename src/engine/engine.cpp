@@ -86,6 +86,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
   e->sampler_ = std::make_unique<Sampler>(c.n_vocab);
   e->batch_.reserve(static_cast<size_t>(plan.step_tokens));
   e->batch_slot_.reserve(static_cast<size_t>(plan.slots));
+  e->prefill_order_.reserve(static_cast<size_t>(plan.slots));
   e->top_buf_.resize(kMaxTopLogprobs);
   e->calibrate();
   return e;
@@ -150,18 +151,27 @@ void Engine::loop() {
   }
 }
 
-int Engine::try_acquire() {
-  for (int i = 0; i < plan_.slots; ++i) {
-    uint32_t expect = static_cast<uint32_t>(SlotState::Free);
-    if (slots_[static_cast<size_t>(i)].state.compare_exchange_strong(expect, static_cast<uint32_t>(SlotState::Reserved)))
-      return i;
-  }
-  return -1;
+SlotRef Engine::try_acquire(int slot) {
+  if (slot < 0 || slot >= plan_.slots) return {};
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  uint32_t expect = static_cast<uint32_t>(SlotState::Free);
+  if (!s.state.compare_exchange_strong(expect, static_cast<uint32_t>(SlotState::Reserved))) return {};
+  // Odd while held, even while free: a running slot's generation is never 0,
+  // the cancel word's initial value.
+  return {slot, s.gen.fetch_add(1) + 1};
 }
 
-Status Engine::submit(int slot, std::span<const int32_t> prompt, const GenerateParams& p) {
+SlotRef Engine::try_acquire() {
+  for (int i = 0; i < plan_.slots; ++i)
+    if (SlotRef r = try_acquire(i); r.ok()) return r;
+  return {};
+}
+
+Status Engine::submit(SlotRef ref, std::span<const int32_t> prompt, const GenerateParams& p) {
+  const int slot = ref.slot;
   if (slot < 0 || slot >= plan_.slots) return make_error("slot {} out of range", slot);
   Slot& s = slots_[static_cast<size_t>(slot)];
+  if (s.gen.load() != ref.gen) return make_error("slot {} is held by another request", slot);
   if (s.state.load() != static_cast<uint32_t>(SlotState::Reserved)) return make_error("slot {} is not reserved", slot);
   if (prompt.empty()) return make_error("the prompt is empty");
   if (static_cast<int>(prompt.size()) > plan_.ctx - 1)
@@ -174,12 +184,14 @@ Status Engine::submit(int slot, std::span<const int32_t> prompt, const GenerateP
   std::copy(prompt.begin(), prompt.end(), s.tokens);
   s.n_prompt = static_cast<int>(prompt.size());
   s.max_tokens = std::min(p.max_tokens, plan_.ctx - s.n_prompt);
+  s.n_prompt_pub.store(s.n_prompt, std::memory_order_relaxed);
+  s.max_tokens_pub.store(s.max_tokens, std::memory_order_relaxed);
+  s.seq = submit_seq_.fetch_add(1);
   s.params = p;
   s.rng = Rng(p.sampling.seed);
   s.n_past.store(0, std::memory_order_relaxed);
   s.n_out.store(0);
   s.finish.store(static_cast<uint8_t>(Finish::None));
-  s.cancel.store(false);
   s.state.store(static_cast<uint32_t>(SlotState::Queued), std::memory_order_release);
   wake();
   return Status::Ok();
@@ -214,22 +226,39 @@ Engine::SlotState Engine::state(int slot) const {
   return static_cast<SlotState>(slots_[static_cast<size_t>(slot)].state.load());
 }
 
-void Engine::cancel(int slot) {
-  slots_[static_cast<size_t>(slot)].cancel.store(true);
+void Engine::cancel(SlotRef ref) {
+  if (ref.slot < 0 || ref.slot >= plan_.slots) return;
+  Slot& s = slots_[static_cast<size_t>(ref.slot)];
+  // Storing the generation (not a flag) makes a stale cancel harmless even
+  // if the slot changes hands between this check and the store.
+  if (s.gen.load() != ref.gen) return;
+  s.cancel_gen.store(ref.gen);
   wake();
 }
 
-void Engine::release(int slot) {
-  Slot& s = slots_[static_cast<size_t>(slot)];
+void Engine::cancel_all() {
+  for (int i = 0; i < plan_.slots; ++i) {
+    Slot& s = slots_[static_cast<size_t>(i)];
+    const uint64_t g = s.gen.load();
+    if (g & 1) s.cancel_gen.store(g);
+  }
+  wake();
+}
+
+void Engine::release(SlotRef ref) {
+  if (ref.slot < 0 || ref.slot >= plan_.slots) return;
+  Slot& s = slots_[static_cast<size_t>(ref.slot)];
+  if (s.gen.load() != ref.gen) return;
   const auto st = static_cast<SlotState>(s.state.load());
   if (st == SlotState::Queued || st == SlotState::Prefill || st == SlotState::Decode) {
-    cancel(slot);
+    cancel(ref);
     std::unique_lock<std::mutex> lk(s.mu);
     // The engine acknowledges within one step; if it is not running at all
     // (stopped), loop() has already finished every slot.
     s.cv.wait(lk, [&] { return s.finish.load() != 0 || !running_.load(); });
   }
-  s.cancel.store(false);
+  uint64_t g = ref.gen;
+  if (!s.gen.compare_exchange_strong(g, ref.gen + 1)) return;  // released twice at once: the other one won
   s.state.store(static_cast<uint32_t>(SlotState::Free), std::memory_order_release);
 }
 
@@ -254,7 +283,8 @@ int Engine::min_remaining_tokens() const {
     const Slot& s = slots_[static_cast<size_t>(i)];
     const auto st = static_cast<SlotState>(s.state.load());
     if (st != SlotState::Queued && st != SlotState::Prefill && st != SlotState::Decode) continue;
-    const int rem = std::max(0, s.max_tokens - static_cast<int>(s.n_out.load())) + std::max(0, s.n_prompt - s.n_past.load(std::memory_order_relaxed));
+    const int rem = std::max(0, s.max_tokens_pub.load(std::memory_order_relaxed) - static_cast<int>(s.n_out.load())) +
+                    std::max(0, s.n_prompt_pub.load(std::memory_order_relaxed) - s.n_past.load(std::memory_order_relaxed));
     if (best < 0 || rem < best) best = rem;
   }
   return std::max(best, 0);
@@ -322,7 +352,7 @@ bool Engine::step_once() {
       s.state.store(static_cast<uint32_t>(SlotState::Prefill));
       st = SlotState::Prefill;
     }
-    if ((st == SlotState::Prefill || st == SlotState::Decode) && s.cancel.load()) finish_slot(s, Finish::Cancelled);
+    if ((st == SlotState::Prefill || st == SlotState::Decode) && cancelled(s)) finish_slot(s, Finish::Cancelled);
   }
   // Every decoding slot contributes its latest token.
   for (int i = 0; i < n_slots; ++i) {
@@ -350,10 +380,17 @@ bool Engine::step_once() {
     const int fit = m.b > 0 ? static_cast<int>(room / m.b) : budget;
     budget = std::min(budget, std::max(opts_.min_prefill_chunk, fit));
   }
+  // Prompts in the order they were submitted: an earlier request's prompt
+  // is never held up by a later one in a lower slot.
+  prefill_order_.clear();
+  for (int i = 0; i < n_slots; ++i)
+    if (slots_[static_cast<size_t>(i)].state.load() == static_cast<uint32_t>(SlotState::Prefill)) prefill_order_.push_back(i);
+  std::sort(prefill_order_.begin(), prefill_order_.end(),
+            [&](int x, int y) { return slots_[static_cast<size_t>(x)].seq < slots_[static_cast<size_t>(y)].seq; });
   int n_prefill = 0;
-  for (int i = 0; i < n_slots && budget > 0; ++i) {
+  for (int i : prefill_order_) {
+    if (budget <= 0) break;
     Slot& s = slots_[static_cast<size_t>(i)];
-    if (s.state.load() != static_cast<uint32_t>(SlotState::Prefill)) continue;
     const int n_past = s.n_past.load(std::memory_order_relaxed);
     const int take = std::min(budget, s.n_prompt - n_past);
     for (int k = 0; k < take; ++k) {

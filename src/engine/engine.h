@@ -4,11 +4,15 @@
 // allocates nothing. The engine never sees HTTP or JSON.
 //
 // A request's life, between a client thread and the engine thread:
-//   client: try_acquire() -> slot (or -1: full), submit(slot, prompt, params)
-//   engine: prefill in chunks, then one token per step; publishes each token
-//   client: wait_for(slot, seen) / read tokens; cancel(slot) if it goes away
+//   client: try_acquire() -> SlotRef (slot -1: full), submit(ref, prompt, params)
+//   engine: prefill in chunks (prompts in the order they were submitted),
+//           then one token per step; publishes each token
+//   client: wait_for(slot, seen) / read tokens; cancel(ref) if it goes away
 //   engine: marks the slot Finished (stop, length, cancelled)
-//   client: release(slot) -> the slot is free for the next try_acquire()
+//   client: release(ref) -> the slot is free for the next try_acquire()
+// A SlotRef carries the slot's generation: cancel and release through a
+// reference whose slot has since been released (and perhaps taken by another
+// request) do nothing, so a late call can never end someone else's request.
 #pragma once
 
 #include <atomic>
@@ -34,6 +38,13 @@
 namespace edgelm {
 
 enum class Finish : uint8_t { None = 0, Stop, Length, Cancelled, Error };
+
+// One holding of a slot: its index and the generation it was acquired in.
+struct SlotRef {
+  int slot = -1;
+  uint64_t gen = 0;
+  bool ok() const { return slot >= 0; }
+};
 std::string_view finish_name(Finish f);
 
 struct GenerateParams {
@@ -112,11 +123,13 @@ class Engine {
   void stop();   // finishes the current step, then joins
 
   // --- client side (any thread) ---
-  // Claims a free slot or returns -1. Cheap: a scan of atomics.
-  int try_acquire();
+  // Claims a free slot (ref.slot -1: none). Cheap: a scan of atomics.
+  SlotRef try_acquire();
+  // Claims slot `slot` if it is free (ref.slot -1 otherwise).
+  SlotRef try_acquire(int slot);
   // Copies the prompt into the slot and queues it. The prompt must hold
   // 1..ctx-1 tokens; max_tokens is clamped so prompt + output fit the slot.
-  Status submit(int slot, std::span<const int32_t> prompt, const GenerateParams& p);
+  Status submit(SlotRef ref, std::span<const int32_t> prompt, const GenerateParams& p);
   // Blocks until the slot has more than `seen` output tokens, finishes, or
   // the deadline passes. Returns the number of output tokens available.
   int wait_for(int slot, int seen, std::chrono::steady_clock::time_point deadline);
@@ -127,10 +140,14 @@ class Engine {
   Finish finish(int slot) const;     // None while running
   int prompt_tokens(int slot) const;
   int max_tokens(int slot) const;    // after clamping
-  void cancel(int slot);             // the engine stops it at the next step
+  // The engine stops it at the next step; nothing if `ref` is stale.
+  void cancel(SlotRef ref);
+  // Cancels every running request (drain timeout, shutdown).
+  void cancel_all();
   // Gives the slot back. If it is still running it is cancelled first and
   // this waits (at most about one step) for the engine to let go of it.
-  void release(int slot);
+  // Nothing if `ref` is stale (already released).
+  void release(SlotRef ref);
   SlotState state(int slot) const;
 
   // --- admission inputs ---
@@ -145,12 +162,20 @@ class Engine {
     std::condition_variable cv;
     std::atomic<uint32_t> state{0};
     std::atomic<uint32_t> n_out{0};  // published output tokens; futex word for waiters
-    std::atomic<bool> cancel{false};
+    // Bumped on every acquire and release; a SlotRef holds the value of its acquire.
+    std::atomic<uint64_t> gen{0};
+    // The generation to cancel: a stale cancel names an old generation and
+    // cannot touch the request that holds the slot now.
+    std::atomic<uint64_t> cancel_gen{0};
     std::atomic<uint8_t> finish{0};
     int32_t* tokens = nullptr;     // [ctx]: prompt, then output
     TokenLogprob* lp = nullptr;    // [ctx][1 + kMaxTopLogprobs]: per output token
+    // Written by submit before the state is published; read by the engine
+    // thread and (through the atomics) by admission on any thread.
     int n_prompt = 0;
     int max_tokens = 0;
+    std::atomic<int> n_prompt_pub{0}, max_tokens_pub{0};
+    uint64_t seq = 0;  // submission order: prompts are prefilled first come, first served
     // Tokens already in the KV cache: written by the engine, read (relaxed)
     // by admission for Retry-After.
     std::atomic<int> n_past{0};
@@ -163,6 +188,7 @@ class Engine {
   // Builds and runs one step; returns false when there was nothing to do.
   bool step_once();
   void finish_slot(Slot& s, Finish f);
+  bool cancelled(const Slot& s) const { return s.cancel_gen.load() == s.gen.load(); }
 
   std::unique_ptr<Model> model_;
   tokenizer::Tokenizer tok_;
@@ -176,6 +202,8 @@ class Engine {
   std::vector<BatchToken> batch_;       // capacity reserved once
   std::vector<int> batch_slot_;         // slot of each logits row
   std::vector<TokenLogprob> top_buf_;
+  std::vector<int> prefill_order_;      // slots in submission order, capacity reserved once
+  std::atomic<uint64_t> submit_seq_{0};
 
   std::thread thread_;
   std::atomic<bool> running_{false};

@@ -15,7 +15,6 @@ std::string_view reason_name(Reason r) {
     case Reason::MemoryPressure: return "memory_pressure";
     case Reason::Draining: return "draining";
     case Reason::PromptTooLong: return "prompt_too_long";
-    case Reason::Loading: return "loading";
   }
   return "?";
 }
@@ -42,6 +41,10 @@ int retry_after_seconds(int min_remaining_tokens, double per_stream_rate) {
   return static_cast<int>(std::clamp(s, 1.0, 3600.0));
 }
 
+Admission::Admission(Engine& engine, const AdmissionOptions& o) : engine_(engine), o_(o) {
+  waiters_.reserve(static_cast<size_t>(std::max(o_.queue, 0)));
+}
+
 Decision Admission::refuse(Reason r) const {
   Decision d;
   d.reason = r;
@@ -52,11 +55,14 @@ Decision Admission::refuse(Reason r) const {
   return d;
 }
 
-Decision Admission::precheck() const {
+Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) const {
+  (void)ask;
   if (draining_.load()) return refuse(Reason::Draining);
   if (pressure_.load()) return refuse(Reason::MemoryPressure);
   const EngineStats st = engine_.stats();
-  // Every active slot (prefilling ones too) counts as a decoding stream: it will be.
+  // Every held slot (reserved and prefilling ones too) counts as a decoding
+  // stream: it will be. Slots are taken only under this lock, so the count
+  // includes every request decided before this one.
   Decision d;
   d.predicted_rate = predicted_stream_rate(st.step_model, st.active + 1);
   d.rate_floor = stream_rate_floor(o_, st.step_model);
@@ -69,41 +75,97 @@ Decision Admission::precheck() const {
     r.rate_floor = d.rate_floor;
     return r;
   }
+  if (reserve) {
+    *reserve = engine_.try_acquire();
+    if (!reserve->ok()) return refuse(Reason::Slots);
+  } else if (st.active >= engine_.n_slots()) {
+    return refuse(Reason::Slots);
+  }
   return d;
 }
 
-int Admission::acquire(Decision& d, const std::atomic<bool>* cancelled) {
-  int slot = engine_.try_acquire();
-  if (slot >= 0) return slot;
-  // The bounded wait queue: a counter, not a list; a waiter polls for a slot.
-  if (o_.queue > 0) {
-    int q = queued_.load();
-    while (q < o_.queue && !queued_.compare_exchange_weak(q, q + 1)) {
-    }
-    if (q < o_.queue) {
-      const auto deadline = std::chrono::steady_clock::now() +
-                            std::chrono::milliseconds(static_cast<int64_t>(o_.queue_timeout_s * 1000));
-      while (std::chrono::steady_clock::now() < deadline && !draining_.load() &&
-             !(cancelled && cancelled->load())) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        slot = engine_.try_acquire();
-        if (slot >= 0) break;
-      }
-      queued_.fetch_sub(1);
-      if (slot >= 0) return slot;
-      if (draining_.load()) {
-        d = refuse(Reason::Draining);
-        return -1;
-      }
-    }
-  }
-  d = refuse(Reason::Slots);
-  return -1;
+Decision Admission::peek() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!waiters_.empty()) return refuse(Reason::Slots);
+  return decide_locked(Ask{}, nullptr);
 }
 
-bool Admission::ready() const {
-  if (!precheck().ok()) return false;
-  return engine_.active_slots() < engine_.n_slots();
+Decision Admission::admit(const Ask& ask, SlotRef& out, const std::function<bool()>& gone) {
+  using Clock = std::chrono::steady_clock;
+  out = {};
+  Waiter w;
+  w.ask = ask;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    // Nobody overtakes a waiter: with a queue, a newcomer decides only when
+    // no one is waiting.
+    if (waiters_.empty()) {
+      Decision d = decide_locked(ask, &out);
+      if (d.ok() || d.reason != Reason::Slots) return d;
+    }
+    if (static_cast<int>(waiters_.size()) >= o_.queue) return refuse(Reason::Slots);
+    waiters_.push_back(&w);
+    queued_.store(static_cast<int>(waiters_.size()));
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.queue_timeout_s * 1000));
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    // Short waits: the hand-off notifies at once; the timeout only bounds
+    // how late a client that hung up is noticed.
+    w.cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return w.done; });
+    if (w.done) break;
+    Reason why = Reason::None;
+    if (draining_.load()) why = Reason::Draining;
+    else if (Clock::now() >= deadline) why = Reason::Slots;
+    else if (gone) {
+      lk.unlock();
+      const bool left = gone();
+      lk.lock();
+      if (w.done) break;
+      if (left) why = Reason::Slots;
+    }
+    if (why != Reason::None) {
+      waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &w));
+      queued_.store(static_cast<int>(waiters_.size()));
+      Decision d = refuse(why);
+      d.waited = true;
+      return d;
+    }
+  }
+  out = w.granted;
+  w.d.waited = true;
+  return w.d;
+}
+
+void Admission::hand_off_locked() {
+  while (!waiters_.empty()) {
+    Waiter* w = waiters_.front();
+    SlotRef ref;
+    Decision d = decide_locked(w->ask, &ref);
+    if (!d.ok() && d.reason == Reason::Slots) return;  // still full: the oldest keeps its place
+    // Admitted, or refused by a check that has changed since it queued
+    // (throughput, memory pressure, draining): either way it is answered now.
+    waiters_.erase(waiters_.begin());
+    queued_.store(static_cast<int>(waiters_.size()));
+    w->granted = ref;
+    w->d = d;
+    w->done = true;
+    w->cv.notify_one();
+  }
+}
+
+void Admission::release(SlotRef ref) {
+  // May wait up to one engine step for a running request to be cancelled:
+  // outside the lock, so decisions go on meanwhile.
+  engine_.release(ref);
+  std::lock_guard<std::mutex> lk(mu_);
+  hand_off_locked();
+}
+
+void Admission::set_draining() {
+  draining_.store(true);
+  std::lock_guard<std::mutex> lk(mu_);
+  hand_off_locked();  // every waiter is refused with `draining`
 }
 
 }  // namespace edgelm::serve

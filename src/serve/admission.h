@@ -1,28 +1,40 @@
-// Admission control: the gate in front of the engine. Every decision is
-// cheap (atomics and a few arithmetic operations), so a refusal costs
-// microseconds and never waits behind the work it protects.
+// Admission control: the gate in front of the engine, and the one place
+// where a request is given a slot. Every decision is cheap (a mutex, a few
+// atomics and some arithmetic), so a refusal costs microseconds and never
+// waits behind the work it protects.
 //
 // A request is admitted only if all hold:
 //   - the server is not draining and memory is not under pressure;
-//   - with it, every decoding stream still gets at least min_stream_rate
+//   - with it, every decoding stream still gets at least the promised
 //     tokens/s according to the engine's measured step-time model
 //     t(step) = a + b * tokens (throughput gate; a lone request on an idle
 //     server is always admitted, since one stream is the best the hardware
 //     can do);
-//   - a slot is free (or, with a wait queue, one frees before the timeout).
+//   - a slot is free, or (with a wait queue) one is handed to it before its
+//     timeout.
+//
+// Deciding and reserving happen in one step under the gate's lock, so a
+// burst of simultaneous requests is decided one after another, each seeing
+// the slots the ones before it took. Waiters are served first in, first
+// out: a released slot is handed to the oldest waiter (after the gate's
+// checks are run again for it), never to a newcomer that arrived later.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string_view>
+#include <vector>
 
 #include "engine/engine.h"
 
 namespace edgelm::serve {
 
-enum class Reason : uint8_t { None = 0, Slots, Throughput, MemoryPressure, Draining, PromptTooLong, Loading };
+enum class Reason : uint8_t { None = 0, Slots, Throughput, MemoryPressure, Draining, PromptTooLong };
 std::string_view reason_name(Reason r);
-constexpr int kReasonCount = 7;
+constexpr int kReasonCount = 6;
 
 struct AdmissionOptions {
   double min_stream_rate = 5.0;  // tokens/s every admitted stream must keep
@@ -37,7 +49,14 @@ struct Decision {
   int retry_after_s = 0;     // for 429/503
   double predicted_rate = 0;  // tokens/s per stream if admitted (throughput gate)
   double rate_floor = 0;      // the tokens/s every stream was promised when this was decided
+  bool waited = false;        // the request waited in the queue
   bool ok() const { return reason == Reason::None; }
+};
+
+// What the gate knows of a request when it decides.
+struct Ask {
+  int prompt_tokens = 0;  // after truncation
+  int max_tokens = 0;     // after clamping to the slot
 };
 
 // The throughput model, separate from the engine so it can be tested with
@@ -63,29 +82,45 @@ int retry_after_seconds(int min_remaining_tokens, double per_stream_rate);
 
 class Admission {
  public:
-  Admission(Engine& engine, const AdmissionOptions& o) : engine_(engine), o_(o) {}
+  Admission(Engine& engine, const AdmissionOptions& o);
 
-  // Cheap checks that need no slot: draining, memory pressure, throughput.
-  Decision precheck() const;
-  // Claims a slot, waiting in the bounded queue if configured. Returns the
-  // slot, or -1 with the decision saying why. `cancelled` is polled while
-  // waiting (the client went away).
-  int acquire(Decision& d, const std::atomic<bool>* cancelled = nullptr);
+  // Decides on a request and, when it is admitted, reserves its slot (in
+  // `out`), in one step. When every slot is taken and the queue has room,
+  // waits for a slot to be handed over, polling `gone` (the client hung up)
+  // every few milliseconds. Returns the decision; `out` is valid only when
+  // it is ok().
+  Decision admit(const Ask& ask, SlotRef& out, const std::function<bool()>& gone = {});
+  // Gives a slot back to the engine (cancelling what still runs in it) and
+  // hands it to the oldest waiter. A stale reference does nothing.
+  void release(SlotRef ref);
+  // Would a request be admitted now? Reserves nothing (for /ready).
+  Decision peek() const;
 
-  void set_draining() { draining_.store(true); }
+  void set_draining();
   bool draining() const { return draining_.load(); }
   void set_memory_pressure(bool on) { pressure_.store(on); }
   bool memory_pressure() const { return pressure_.load(); }
   int queued() const { return queued_.load(); }
-  // Would a request be admitted now? (for /ready)
-  bool ready() const;
   const AdmissionOptions& options() const { return o_; }
 
  private:
+  struct Waiter {
+    Ask ask;
+    std::condition_variable cv;
+    SlotRef granted;
+    Decision d;
+    bool done = false;  // granted or refused by a hand-off
+  };
+  // The whole decision for `ask`; reserves a slot when `reserve` and it is ok.
+  Decision decide_locked(const Ask& ask, SlotRef* reserve) const;
+  // Hands free slots to waiters, oldest first, while the gate admits them.
+  void hand_off_locked();
   Decision refuse(Reason r) const;
 
   Engine& engine_;
   AdmissionOptions o_;
+  mutable std::mutex mu_;
+  std::vector<Waiter*> waiters_;  // oldest first; capacity o_.queue, reserved once
   std::atomic<bool> draining_{false};
   std::atomic<bool> pressure_{false};
   std::atomic<int> queued_{0};

@@ -36,6 +36,11 @@ void Metrics::count_status(int status) {
   by_status[kStatuses.size()].fetch_add(1);
 }
 
+void Metrics::count_end(std::string_view end) {
+  for (size_t i = 0; i < kEnds.size(); ++i)
+    if (end == kEnds[i]) ends[i].fetch_add(1);
+}
+
 std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a, int open_connections) {
   std::string o;
   auto gauge = [&](const char* name, const char* help, double v) {
@@ -57,6 +62,9 @@ std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a
   for (size_t i = 0; i < Metrics::kStatuses.size(); ++i)
     o += fmt::format("edgelm_requests_total{{status=\"{}\"}} {}\n", Metrics::kStatuses[i], m.by_status[i].load());
   o += fmt::format("edgelm_requests_total{{status=\"other\"}} {}\n", m.by_status[Metrics::kStatuses.size()].load());
+  o += "# HELP edgelm_request_ends_total Admitted requests by how they ended.\n# TYPE edgelm_request_ends_total counter\n";
+  for (size_t i = 0; i < Metrics::kEnds.size(); ++i)
+    o += fmt::format("edgelm_request_ends_total{{end=\"{}\"}} {}\n", Metrics::kEnds[i], m.ends[i].load());
   o += "# HELP edgelm_rejections_total Requests refused at admission, by reason.\n"
        "# TYPE edgelm_rejections_total counter\n";
   for (int r = 1; r < kReasonCount; ++r)

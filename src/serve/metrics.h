@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "serve/admission.h"
 
@@ -28,14 +29,21 @@ class Histogram {
 };
 
 struct Metrics {
-  // Requests by final HTTP status.
-  static constexpr std::array<int, 8> kStatuses = {200, 400, 401, 404, 413, 429, 500, 503};
+  // Requests by what happened: the HTTP status of a refusal or an error
+  // before streaming; for an admitted request, 200 when it ended normally,
+  // 500 when the engine failed, 503 when the server cancelled it (drain
+  // timeout) and 499 (nginx's "client closed request") when the client left.
+  static constexpr std::array<int, 9> kStatuses = {200, 400, 401, 404, 413, 429, 499, 500, 503};
   std::array<std::atomic<uint64_t>, kStatuses.size() + 1> by_status{};  // last: other
   std::array<std::atomic<uint64_t>, kReasonCount> rejections{};
   std::atomic<uint64_t> prompt_tokens{0};
   std::atomic<uint64_t> prompt_tokens_dropped{0};
   std::atomic<uint64_t> generated_tokens{0};
   std::atomic<uint64_t> client_disconnects{0};
+  // Admitted requests by how they ended (Finish, and `disconnected` for a
+  // client that left before the end).
+  static constexpr std::array<const char*, 5> kEnds = {"stop", "length", "cancelled", "error", "disconnected"};
+  std::array<std::atomic<uint64_t>, kEnds.size()> ends{};
   std::atomic<uint64_t> connections_refused{0};
   Histogram ttft;
   Histogram tpot;
@@ -43,6 +51,7 @@ struct Metrics {
   Histogram rejection_seconds;  // time to answer a refusal
 
   void count_status(int status);
+  void count_end(std::string_view end);
   void count_rejection(Reason r) { rejections[static_cast<size_t>(r)].fetch_add(1); }
 };
 

@@ -15,21 +15,14 @@
 #include <sys/socket.h>
 
 #include "core/sysmem.h"
+#include "serve/http_pool.h"
 #include "serve/openai.h"
-#include "serve/stop_matcher.h"
-#include "tokenizer/utf8_stream.h"
+#include "serve/stream.h"
 
 namespace edgelm::serve {
 
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
-
-Result<Truncate> parse_truncate(std::string_view s) {
-  if (s == "keep-end") return Truncate::KeepEnd;
-  if (s == "keep-start") return Truncate::KeepStart;
-  if (s == "none") return Truncate::None;
-  return make_error("unknown --truncate policy '{}' (keep-end, keep-start or none)", s);
-}
 
 namespace {
 
@@ -38,78 +31,6 @@ int http_threads_for(const ServerOptions& o, int slots) {
   // checks and metrics, and absorb slow clients until their read timeout.
   return o.http_threads > 0 ? o.http_threads : std::max(32, slots + o.admission.queue + 16);
 }
-
-// Set on the thread that answers connections over the cap, so the
-// pre-routing handler refuses them at once.
-thread_local bool t_over_capacity = false;
-
-// httplib's task queue, bounded: `workers` threads serve connections; up to
-// `cap` connections may be open; the rest go to one refusing thread that
-// answers 503 as soon as it has read the request line and headers.
-class WorkerPool : public httplib::TaskQueue {
- public:
-  WorkerPool(int workers, int cap) : cap_(cap) {
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(jobs_, false); });
-    threads_.emplace_back([this] { loop(refusals_, true); });
-  }
-  ~WorkerPool() override { shutdown(); }
-
-  void enqueue(std::function<void()> fn) override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (open_ < cap_) {
-        ++open_;
-        jobs_.push_back(std::move(fn));
-      } else {
-        refusals_.push_back(std::move(fn));
-      }
-    }
-    cv_.notify_all();
-  }
-
-  void shutdown() override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (stop_) return;
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-
-  int open() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    return open_;
-  }
-
- private:
-  void loop(std::deque<std::function<void()>>& q, bool refusing) {
-    t_over_capacity = refusing;
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !q.empty(); });
-        if (q.empty()) return;  // stopping and drained
-        fn = std::move(q.front());
-        q.pop_front();
-      }
-      fn();  // serves the connection until it closes
-      if (!refusing) {
-        std::lock_guard<std::mutex> lk(mu_);
-        --open_;
-      }
-    }
-  }
-
-  const int cap_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_, refusals_;
-  std::vector<std::thread> threads_;
-  int open_ = 0;
-  bool stop_ = false;
-};
 
 std::string random_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
@@ -151,70 +72,16 @@ struct Server::Impl {
   std::condition_variable stop_cv;
 
   void routes();
-  void reply_error(httplib::Response& res, const ApiError& e, Clock::time_point t0, int retry_after = 0);
+  void reply_error(httplib::Response& res, const ApiError& e, int retry_after = 0);
   void refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id);
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
   void watch_memory();
 };
 
-namespace {
-
-// The state of one admitted request, shared by the content provider (which
-// streams it) and the releaser (which frees the slot whatever happens).
-struct Session {
-  Server::Impl* impl;
-  Engine* engine;
-  int slot = -1;
-  std::string id;
-  std::string model;
-  int64_t created = 0;
-  bool chat = false;
-  bool stream = false;
-  bool include_usage = false;
-  int top_logprobs = -1;
-  int n_prompt = 0;
-  int dropped = 0;
-  Clock::time_point t0, t_first, t_last;
-  int seen = 0;
-  int completion_tokens = 0;
-  size_t sent_bytes = 0;  // text bytes streamed so far (completions' text_offset)
-  bool stopped_by_string = false;
-  bool disconnected = false;
-  bool finished = false;
-  std::string finish_reason;
-  std::string text;  // non-streamed: the whole output
-  std::vector<TokenLogprobOut> logprobs;
-  tokenizer::Utf8Stream utf8;
-  StopMatcher stop;
-  explicit Session(std::vector<std::string> stops) : stop(std::move(stops)) {}
-
-  bool released = false;
-  Finish final_state = Finish::None;
-  // Gives the slot back (cancelling it if it still runs); once.
-  void release_slot() {
-    if (released) return;
-    final_state = engine->finish(slot);
-    engine->release(slot);
-    released = true;
-  }
-};
-
-std::string finish_text(Finish f, bool stopped_by_string) {
-  if (stopped_by_string) return "stop";
-  switch (f) {
-    case Finish::Stop: return "stop";
-    case Finish::Length: return "length";
-    default: return "stop";
-  }
-}
-
-}  // namespace
-
-void Server::Impl::reply_error(httplib::Response& res, const ApiError& e, Clock::time_point t0, int retry_after) {
+void Server::Impl::reply_error(httplib::Response& res, const ApiError& e, int retry_after) {
   res.status = e.status;
   if (retry_after > 0) res.set_header("Retry-After", std::to_string(retry_after));
   res.set_content(error_json(e), "application/json");
-  (void)t0;
 }
 
 void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id) {
@@ -233,264 +100,78 @@ void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time
     case Reason::Draining: e.message = "the server is shutting down"; break;
     default: e.message = "request refused"; break;
   }
-  reply_error(res, e, t0, d.retry_after_s);
+  reply_error(res, e, d.retry_after_s);
   metrics.count_rejection(d.reason);
   metrics.rejection_seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
-  spdlog::info("admit reject req={} reason={} active={}/{} queued={} retry_after={}", req_id, reason_name(d.reason),
-               engine.active_slots(), engine.n_slots(), adm.queued(), d.retry_after_s);
+  spdlog::info("admit reject req={} reason={} active={}/{} queued={} waited={} retry_after={}", req_id,
+               reason_name(d.reason), engine.active_slots(), engine.n_slots(), adm.queued(), d.waited, d.retry_after_s);
 }
 
 void Server::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   const auto t0 = Clock::now();
   const std::string id = random_id(chat ? "chatcmpl" : "cmpl");
+  // Refuse at once what no work could admit, before parsing anything.
+  if (adm.draining() || adm.memory_pressure()) return refuse(res, adm.peek(), t0, id);
 
-  // Cheap checks first: no parsing, no tokenizing before them.
-  Decision d = adm.precheck();
-  if (!d.ok()) return refuse(res, d, t0, id);
-  const int slot = adm.acquire(d);
-  if (slot < 0) return refuse(res, d, t0, id);
-  // From here the slot is ours: every exit path releases it.
-  struct Lease {
-    Engine& e;
-    int slot;
-    bool kept = false;
-    ~Lease() {
-      if (!kept) e.release(slot);
-    }
-  } lease{engine, slot};
-
+  // Parse, render, tokenize and truncate before a slot is taken: the gate
+  // decides on the prompt's real length, and a slow render holds no slot.
   RequestLimits limits;
   limits.n_vocab = engine.tokenizer().n_vocab();
   limits.max_content_bytes = o.max_body_bytes;
   auto parsed = chat ? parse_chat_request(req.body, limits) : parse_completion_request(req.body, limits);
-  if (std::holds_alternative<ApiError>(parsed)) return reply_error(res, std::get<ApiError>(parsed), t0);
+  if (auto* err = std::get_if<ApiError>(&parsed)) return reply_error(res, *err);
   GenerationRequest& r = std::get<GenerationRequest>(parsed);
-
-  const tokenizer::Tokenizer& tok = engine.tokenizer();
   const int ctx = engine.ctx();
+  if (r.max_tokens > ctx - 1)
+    return reply_error(res, invalid_request(fmt::format("max_tokens is {}, but a slot holds {} tokens, prompt included, "
+                                                        "so at most {} can be generated",
+                                                        r.max_tokens, ctx, ctx - 1),
+                                            "max_tokens"));
   const int want_out = r.max_tokens > 0 ? r.max_tokens : o.default_max_tokens;
-  // Keep room for the answer when a prompt has to be cut: the requested
-  // output, but never more than a quarter of the slot.
-  const int limit = ctx - std::clamp(want_out, 1, std::max(1, ctx / 4));
-  std::vector<int32_t> prompt;
-  int dropped = 0;
-  if (chat) {
-    if (!chat_template) {
-      return reply_error(res, {400, "invalid_request_error", "chat_template", chat_template_error, "messages"}, t0);
-    }
-    std::vector<tokenizer::ChatMessage> msgs;
-    for (auto& m : r.messages) msgs.push_back({std::move(m.role), std::move(m.content)});
-    auto render = [&]() -> Result<std::vector<int32_t>> { return tokenizer::encode_chat(tok, *chat_template, msgs, true); };
-    auto ids = render();
-    if (!ids.ok()) return reply_error(res, {400, "invalid_request_error", "invalid_messages", ids.message(), "messages"}, t0);
-    const int full = static_cast<int>(ids->size());
-    if (full > limit && o.truncate == Truncate::KeepEnd) {
-      // Drop whole turns, oldest first, keeping a leading system message and the last turn.
-      const size_t first = (!msgs.empty() && msgs[0].role == "system") ? 1 : 0;
-      while (static_cast<int>(ids->size()) > limit && msgs.size() > first + 1) {
-        msgs.erase(msgs.begin() + static_cast<long>(first));
-        ids = render();
-        if (!ids.ok()) return reply_error(res, {400, "invalid_request_error", "invalid_messages", ids.message(), "messages"}, t0);
-      }
-    }
-    prompt = std::move(ids).value();
-    dropped = full - static_cast<int>(prompt.size());
-  } else if (!r.prompt_tokens.empty()) {
-    prompt = r.prompt_tokens;
-  } else {
-    prompt = tok.encode(r.prompt, true, true);
+  auto built = build_prompt(engine.tokenizer(), chat_template ? &*chat_template : nullptr, chat_template_error, r, ctx,
+                            prompt_limit(ctx, want_out), o.truncate);
+  if (auto* err = std::get_if<ApiError>(&built)) {
+    if (err->code == "prompt_too_long") metrics.count_rejection(Reason::PromptTooLong);
+    return reply_error(res, *err);
   }
-  if (prompt.empty()) return reply_error(res, {400, "invalid_request_error", "empty_prompt", "the prompt has no tokens", chat ? "messages" : "prompt"}, t0);
-
-  // Token-level truncation when turns could not be dropped (or for completions).
-  if (static_cast<int>(prompt.size()) > limit) {
-    const int n = static_cast<int>(prompt.size());
-    if (o.truncate == Truncate::None) {
-      metrics.count_rejection(Reason::PromptTooLong);
-      return reply_error(res,
-                         {400, "invalid_request_error", "prompt_too_long",
-                          fmt::format("the prompt has {} tokens; a slot holds {} tokens and {} are kept for the "
-                                      "answer, so at most {} prompt tokens fit",
-                                      n + dropped, ctx, ctx - limit, limit),
-                          chat ? "messages" : "prompt"},
-                         t0);
-    }
-    const bool bos = tok.bos() >= 0 && prompt[0] == tok.bos();
-    if (o.truncate == Truncate::KeepStart) {
-      prompt.resize(static_cast<size_t>(limit));
-    } else {
-      std::vector<int32_t> kept;
-      kept.reserve(static_cast<size_t>(limit));
-      if (bos) kept.push_back(prompt[0]);
-      kept.insert(kept.end(), prompt.end() - (limit - (bos ? 1 : 0)), prompt.end());
-      prompt = std::move(kept);
-    }
-    dropped += n - static_cast<int>(prompt.size());
-  }
+  BuiltPrompt& prompt = std::get<BuiltPrompt>(built);
+  const int n_prompt = static_cast<int>(prompt.tokens.size());
 
   GenerateParams gp;
   gp.sampling = r.sampling;
-  if (!r.seed_given) gp.sampling.seed = static_cast<uint64_t>(t0.time_since_epoch().count()) ^ static_cast<uint64_t>(slot);
-  gp.max_tokens = std::min(want_out, ctx - static_cast<int>(prompt.size()));
+  gp.max_tokens = std::min(want_out, ctx - n_prompt);  // what only this prompt makes too large is clamped
   gp.top_logprobs = r.top_logprobs;
   gp.ignore_eos = r.ignore_eos;
-  if (Status st = engine.submit(slot, prompt, gp); !st.ok())
-    return reply_error(res, {400, "invalid_request_error", "invalid_request", st.message(), ""}, t0);
+  if (Status st = gp.sampling.validate(); !st.ok()) return reply_error(res, invalid_request(st.message()));
 
-  metrics.prompt_tokens.fetch_add(prompt.size());
-  metrics.prompt_tokens_dropped.fetch_add(static_cast<uint64_t>(dropped));
-  spdlog::info("admit accept req={} slot={} active={}/{} prompt={} dropped={} max_tokens={} stream={}", id, slot,
-               engine.active_slots(), engine.n_slots(), prompt.size(), dropped, gp.max_tokens, r.stream);
+  ClientWatch watch(req);
+  SlotRef ref;
+  const Decision d = adm.admit(Ask{n_prompt, gp.max_tokens}, ref, [&] { return watch.gone(); });
+  if (!d.ok()) return refuse(res, d, t0, id);
+  if (!r.seed_given) gp.sampling.seed = static_cast<uint64_t>(t0.time_since_epoch().count()) ^ ref.gen;
+  if (Status st = engine.submit(ref, prompt.tokens, gp); !st.ok()) {
+    adm.release(ref);
+    return reply_error(res, {400, "invalid_request_error", "invalid_request", st.message(), ""});
+  }
+  metrics.prompt_tokens.fetch_add(static_cast<uint64_t>(n_prompt));
+  metrics.prompt_tokens_dropped.fetch_add(static_cast<uint64_t>(prompt.dropped));
+  spdlog::info("admit accept req={} slot={} active={}/{} prompt={} dropped={} max_tokens={} stream={} waited={}", id,
+               ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, prompt.dropped, gp.max_tokens, r.stream,
+               d.waited);
 
-  std::vector<std::string> stops = r.stop;
-  auto s = std::make_shared<Session>(std::move(stops));
-  s->impl = this;
-  s->engine = &engine;
-  s->slot = slot;
-  s->id = id;
-  s->model = r.model.empty() ? o.model_id : r.model;
-  s->created = unix_now();
-  s->chat = chat;
-  s->stream = r.stream;
-  s->include_usage = r.include_usage;
-  s->top_logprobs = r.top_logprobs;
-  s->n_prompt = static_cast<int>(prompt.size());
-  s->dropped = dropped;
-  s->t0 = t0;
-  lease.kept = true;  // the releaser below owns the slot now
-
-  if (dropped > 0) res.set_header("X-Edgelm-Prompt-Tokens-Dropped", std::to_string(dropped));
-  res.set_header("Cache-Control", "no-cache");
-  auto provider = [s](size_t, httplib::DataSink& sink) -> bool {
-    Engine& e = *s->engine;
-    const tokenizer::Tokenizer& t = e.tokenizer();
-    Metrics& m = s->impl->metrics;
-    const auto heartbeat = std::chrono::milliseconds(s->impl->o.heartbeat_ms);
-    auto last_write = Clock::now();
-    auto write = [&](const std::string& data) {
-      if (s->disconnected) return false;
-      last_write = Clock::now();
-      if (!sink.write(data.data(), data.size())) s->disconnected = true;
-      return !s->disconnected;
-    };
-    auto usage = [&]() {
-      Usage u;
-      u.prompt_tokens = s->n_prompt;
-      u.completion_tokens = s->completion_tokens;
-      u.prompt_tokens_dropped = s->dropped;
-      return u;
-    };
-    std::string piece_out, emit;
-    bool first_chunk = true;
-    while (!s->finished) {
-      const int before = s->seen;
-      const int n = e.wait_for(s->slot, s->seen, Clock::now() + heartbeat);
-      const bool idle = n == before;  // the wait timed out with nothing new
-      emit.clear();
-      std::vector<TokenLogprobOut> chunk_lps;
-      for (; s->seen < n && !s->stopped_by_string; ++s->seen) {
-        const auto now = Clock::now();
-        if (s->seen == 0) {
-          s->t_first = now;
-          m.ttft.observe(std::chrono::duration<double>(now - s->t0).count());
-        }
-        s->t_last = now;
-        const int32_t tok_id = e.output_token(s->slot, s->seen);
-        ++s->completion_tokens;
-        const std::string_view piece = t.token_piece_view(tok_id);
-        if (s->top_logprobs >= 0) {
-          TokenLogprob top[kMaxTopLogprobs];
-          const int k = std::min(s->top_logprobs, kMaxTopLogprobs);
-          TokenLogprobOut lp;
-          lp.token = std::string(piece);
-          lp.logprob = e.output_logprob(s->slot, s->seen, std::span<TokenLogprob>(top, static_cast<size_t>(k)));
-          for (int i = 0; i < k; ++i) lp.top.emplace_back(t.token_piece(top[i].token), top[i].logprob);
-          chunk_lps.push_back(std::move(lp));
-        }
-        piece_out.clear();
-        s->utf8.push(piece, piece_out);
-        if (s->stop.push(piece_out, emit)) {
-          s->stopped_by_string = true;
-          e.cancel(s->slot);
-        }
-      }
-      const Finish fin = e.finish(s->slot);
-      const bool engine_done = fin != Finish::None && e.wait_for(s->slot, s->seen, Clock::now()) == s->seen;
-      if (s->stopped_by_string || engine_done) {
-        if (!s->stopped_by_string) {
-          piece_out.clear();
-          s->utf8.flush(piece_out);
-          s->stop.push(piece_out, emit);
-          s->stop.flush(emit);
-        }
-        s->finished = true;
-        s->finish_reason = finish_text(fin, s->stopped_by_string);
-        if (fin == Finish::Error) s->finish_reason = "error";
-        // Every token is read: the slot is free before the last bytes go out.
-        s->release_slot();
-      }
-      if (s->stream) {
-        if (!emit.empty() || !chunk_lps.empty()) {
-          const auto* lps = chunk_lps.empty() ? nullptr : &chunk_lps;
-          const std::string j = s->chat ? chat_chunk_json(s->id, s->created, s->model, emit, first_chunk, "", lps)
-                                        : completion_chunk_json(s->id, s->created, s->model, emit, "", lps, s->sent_bytes);
-          s->sent_bytes += emit.size();
-          first_chunk = false;
-          if (!write(sse_event(j))) break;
-        } else if (!s->finished && idle) {
-          // Nothing new: an SSE comment keeps proxies patient and reveals a
-          // client that has gone away.
-          if (!write(": keep-alive\n\n")) break;
-        }
-        if (s->finished) {
-          const std::string j = s->chat ? chat_chunk_json(s->id, s->created, s->model, "", first_chunk, s->finish_reason, nullptr)
-                                        : completion_chunk_json(s->id, s->created, s->model, "", s->finish_reason, nullptr);
-          if (!write(sse_event(j))) break;
-          if (s->include_usage && !write(sse_event(usage_chunk_json(s->id, s->created, s->model, usage(), s->chat)))) break;
-          if (!write(sse_done())) break;
-        }
-      } else {
-        s->text += emit;
-        for (auto& lp : chunk_lps) s->logprobs.push_back(std::move(lp));
-        if (s->finished) {
-          const auto* lps = s->top_logprobs >= 0 ? &s->logprobs : nullptr;
-          const std::string j =
-              s->chat ? chat_completion_json(s->id, s->created, s->model, s->text, s->finish_reason, usage(), lps)
-                      : completion_json(s->id, s->created, s->model, s->text, s->finish_reason, usage(), lps);
-          if (!write(j)) break;
-        } else if (idle || Clock::now() - last_write >= heartbeat) {
-          // JSON allows leading whitespace: a space now and then keeps the
-          // connection honest while the answer is generated, and a failed
-          // write tells us the client has gone.
-          if (!write(" ")) break;
-        }
-      }
-    }
-    if (s->disconnected) {
-      e.cancel(s->slot);
-      return false;
-    }
-    sink.done();
-    return true;
-  };
-  auto releaser = [s](bool) {
-    Engine& e = *s->engine;
-    Metrics& m = s->impl->metrics;
-    s->release_slot();
-    const Finish fin = s->final_state;
-    const auto now = Clock::now();
-    if (!s->finished || s->disconnected) m.client_disconnects.fetch_add(1);
-    m.generated_tokens.fetch_add(static_cast<uint64_t>(s->completion_tokens));
-    m.request_seconds.observe(std::chrono::duration<double>(now - s->t0).count());
-    if (s->completion_tokens > 1)
-      m.tpot.observe(std::chrono::duration<double>(s->t_last - s->t_first).count() / (s->completion_tokens - 1));
-    m.count_status(200);
-    spdlog::info("release req={} slot={} active={}/{} finish={} prompt={} completion={} disconnected={} ms={}", s->id,
-                 s->slot, e.active_slots(), e.n_slots(), s->finished ? s->finish_reason : std::string(finish_name(fin)),
-                 s->n_prompt, s->completion_tokens, s->disconnected || !s->finished,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(now - s->t0).count());
-  };
-  res.set_chunked_content_provider(r.stream ? "text/event-stream" : "application/json", provider, releaser);
+  StreamSpec sp;
+  sp.id = id;
+  sp.model = r.model.empty() ? o.model_id : r.model;
+  sp.created = unix_now();
+  sp.chat = chat;
+  sp.stream = r.stream;
+  sp.include_usage = r.include_usage;
+  sp.top_logprobs = r.top_logprobs;
+  sp.n_prompt = n_prompt;
+  sp.dropped = prompt.dropped;
+  sp.stops = std::move(r.stop);
+  sp.t0 = t0;
+  stream_response(res, StreamDeps{engine, adm, metrics, o.heartbeat_ms}, std::move(sp), ref);
 }
 
 void Server::Impl::routes() {
@@ -500,18 +181,17 @@ void Server::Impl::routes() {
   };
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const auto t0 = Clock::now();
-    if (t_over_capacity) {
+    if (over_capacity_thread()) {
       metrics.connections_refused.fetch_add(1);
       res.set_header("Connection", "close");
       res.set_header("Retry-After", "1");
-      reply_error(res, {503, "server_unavailable", "too_many_connections", "too many open connections", ""}, t0, 1);
+      reply_error(res, {503, "server_unavailable", "too_many_connections", "too many open connections", ""}, 1);
       return httplib::Server::HandlerResponse::Handled;
     }
     if (!o.api_key.empty() && req.path != "/health" && req.path != "/ready") {
       const std::string want = "Bearer " + o.api_key;
       if (req.get_header_value("Authorization") != want) {
-        reply_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer ...)", ""}, t0);
+        reply_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer ...)", ""});
         return httplib::Server::HandlerResponse::Handled;
       }
     }
@@ -552,10 +232,8 @@ void Server::Impl::routes() {
     json_reply(res, {{"status", "ok"}});
   });
   http.Get("/ready", [this, json_reply](const httplib::Request&, httplib::Response& res) {
-    const Decision d = adm.precheck();
+    const Decision d = adm.peek();
     if (!d.ok()) return json_reply(res, {{"status", "not_ready"}, {"reason", reason_name(d.reason)}}, 503);
-    if (engine.active_slots() >= engine.n_slots())
-      return json_reply(res, {{"status", "not_ready"}, {"reason", "slots"}}, 503);
     json_reply(res, {{"status", "ready"}, {"free_slots", engine.n_slots() - engine.active_slots()}});
   });
   http.Get("/slots", [this, json_reply](const httplib::Request&, httplib::Response& res) {
@@ -579,7 +257,7 @@ void Server::Impl::routes() {
   http.Post("/tokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
     json j = json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
-      return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"content\": string}", "content"}, Clock::now());
+      return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"content\": string}", "content"});
     const bool add_special = j.value("add_special", false);
     const bool parse_special = j.value("parse_special", true);
     json_reply(res, {{"tokens", engine.tokenizer().encode(j["content"].get<std::string>(), add_special, parse_special)}});
@@ -587,11 +265,11 @@ void Server::Impl::routes() {
   http.Post("/detokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
     json j = json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
-      return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"tokens\": [ids]}", "tokens"}, Clock::now());
+      return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"tokens\": [ids]}", "tokens"});
     std::vector<int32_t> ids;
     for (const auto& v : j["tokens"]) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= engine.tokenizer().n_vocab())
-        return reply_error(res, {400, "invalid_request_error", "invalid_token", "'tokens' must hold vocabulary ids", "tokens"}, Clock::now());
+        return reply_error(res, {400, "invalid_request_error", "invalid_token", "'tokens' must hold vocabulary ids", "tokens"});
       ids.push_back(v.get<int32_t>());
     }
     json_reply(res, {{"content", engine.tokenizer().decode(ids)}});
@@ -676,7 +354,7 @@ void Server::drain_and_stop() {
   while (engine_.active_slots() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (engine_.active_slots() > 0) {
     spdlog::warn("drain timeout: cancelling {} running requests", engine_.active_slots());
-    for (int i = 0; i < engine_.n_slots(); ++i) engine_.cancel(i);
+    engine_.cancel_all();
     const auto hard = Clock::now() + std::chrono::seconds(5);
     while (engine_.active_slots() > 0 && Clock::now() < hard) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "serve/admission.h"
 #include "serve/metrics.h"
+#include "serve/prompt.h"
 #include "tokenizer/chat_template.h"
 
 namespace httplib {
@@ -19,9 +20,6 @@ class Server;
 }
 
 namespace edgelm::serve {
-
-enum class Truncate { KeepEnd, KeepStart, None };
-Result<Truncate> parse_truncate(std::string_view s);
 
 struct ServerOptions {
   std::string host = "127.0.0.1";

@@ -64,8 +64,9 @@ TEST(EngineShared, Stories260KQuantizedFirst32Tokens) {
     EXPECT_EQ(e->tokenizer().encode(r["prompt"].get<std::string>(), true, false), prompt) << file;
     GenerateParams p = greedy(32);
     p.top_logprobs = 5;
-    const int slot = e->try_acquire();
-    ASSERT_TRUE(e->submit(slot, prompt, p).ok());
+    const SlotRef held = e->try_acquire();
+    const int slot = held.slot;
+    ASSERT_TRUE(e->submit(held, prompt, p).ok());
     while (e->finish(slot) == Finish::None) e->wait_for(slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(5));
     auto want = r["tokens"].get<std::vector<int32_t>>();
     ASSERT_EQ(e->wait_for(slot, 0, std::chrono::steady_clock::now()), 32) << file;
@@ -77,7 +78,7 @@ TEST(EngineShared, Stories260KQuantizedFirst32Tokens) {
       EXPECT_NEAR(lp, ref_lp, 0.05) << file << " token " << i;
       EXPECT_EQ(top[0].token, want[static_cast<size_t>(i)]);
     }
-    e->release(slot);
+    e->release(held);
   }
 }
 
@@ -100,8 +101,9 @@ std::vector<double> first_entry_deviation(const std::string& file, const nlohman
   if (step >= 4) return dev;
   GenerateParams p = greedy(step + 1);
   p.top_logprobs = 20;
-  const int slot = e->try_acquire();
-  EXPECT_TRUE(e->submit(slot, prompt, p).ok());
+  const SlotRef ref = e->try_acquire();
+  const int slot = ref.slot;
+  EXPECT_TRUE(e->submit(ref, prompt, p).ok());
   while (e->finish(slot) == Finish::None)
     e->wait_for(slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(5));
   EXPECT_EQ(e->wait_for(slot, 0, std::chrono::steady_clock::now()), step + 1) << file;
@@ -116,7 +118,7 @@ std::vector<double> first_entry_deviation(const std::string& file, const nlohman
     EXPECT_FALSE(std::isnan(d)) << file << ": token " << id << " not among our top 20";
     dev.push_back(d);
   }
-  e->release(slot);
+  e->release(ref);
   return dev;
 }
 
@@ -213,15 +215,17 @@ TEST(Engine, MoreThreadsThanThePlanHasScratchForIsAnError) {
 TEST(Engine, SlotsAreFiniteAndReusable) {
   auto e = make_engine(synth_model("tiny-llama", "F16"), 2, 64);
   ASSERT_TRUE(e);
-  const int a = e->try_acquire(), b = e->try_acquire();
-  EXPECT_GE(a, 0);
-  EXPECT_GE(b, 0);
-  EXPECT_NE(a, b);
-  EXPECT_EQ(e->try_acquire(), -1);
+  const SlotRef a = e->try_acquire(), b = e->try_acquire();
+  EXPECT_GE(a.slot, 0);
+  EXPECT_GE(b.slot, 0);
+  EXPECT_NE(a.slot, b.slot);
+  EXPECT_EQ(e->try_acquire().slot, -1);
   EXPECT_EQ(e->active_slots(), 2);
   e->release(a);
-  EXPECT_EQ(e->try_acquire(), a);
-  e->release(a);
+  const SlotRef a2 = e->try_acquire();
+  EXPECT_EQ(a2.slot, a.slot);
+  EXPECT_NE(a2.gen, a.gen);
+  e->release(a2);
   e->release(b);
   EXPECT_EQ(e->active_slots(), 0);
 }
@@ -231,18 +235,19 @@ TEST(Engine, CancelFreesTheSlot) {
   ASSERT_TRUE(e);
   GenerateParams p = greedy(200);
   p.ignore_eos = true;
-  const int slot = e->try_acquire();
-  ASSERT_TRUE(e->submit(slot, std::vector<int32_t>{1, 2, 3}, p).ok());
+  const SlotRef ref = e->try_acquire();
+  const int slot = ref.slot;
+  ASSERT_TRUE(e->submit(ref, std::vector<int32_t>{1, 2, 3}, p).ok());
   EXPECT_GE(e->wait_for(slot, 2, std::chrono::steady_clock::now() + std::chrono::seconds(10)), 3);
-  e->cancel(slot);
+  e->cancel(ref);
   e->wait_for(slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(10));
   EXPECT_EQ(e->finish(slot), Finish::Cancelled);
   EXPECT_LT(e->wait_for(slot, 0, std::chrono::steady_clock::now()), 200);
-  e->release(slot);
+  e->release(ref);
   EXPECT_EQ(e->active_slots(), 0);
   // Releasing a running slot cancels it and waits for the engine.
-  const int s2 = e->try_acquire();
-  ASSERT_EQ(s2, slot);
+  const SlotRef s2 = e->try_acquire();
+  ASSERT_EQ(s2.slot, slot);
   ASSERT_TRUE(e->submit(s2, std::vector<int32_t>{1, 2, 3}, p).ok());
   e->release(s2);
   EXPECT_EQ(e->active_slots(), 0);
@@ -261,16 +266,19 @@ TEST(Engine, LengthLimitsAndContextClamp) {
   auto out = generate(*e, prompt, p, &fin);
   EXPECT_EQ(fin, Finish::Length);
   EXPECT_EQ(out.size(), 12u);  // 32 - 20
-  EXPECT_FALSE(e->submit(e->try_acquire(), std::vector<int32_t>(32, 1), p).ok());
-  e->release(0);
-  EXPECT_FALSE(e->submit(e->try_acquire(), std::vector<int32_t>{}, p).ok());
-  e->release(0);
-  EXPECT_FALSE(e->submit(e->try_acquire(), std::vector<int32_t>{1, 99999}, p).ok());
-  e->release(0);
+  auto refused = [&](std::vector<int32_t> tokens, const GenerateParams& gp) {
+    const SlotRef r = e->try_acquire();
+    const bool ok = e->submit(r, tokens, gp).ok();
+    e->release(r);
+    return !ok;
+  };
+  EXPECT_TRUE(refused(std::vector<int32_t>(32, 1), p));
+  EXPECT_TRUE(refused({}, p));
+  EXPECT_TRUE(refused({1, 99999}, p));
   GenerateParams bad = p;
   bad.sampling.top_p = 2;
-  EXPECT_FALSE(e->submit(e->try_acquire(), std::vector<int32_t>{1}, bad).ok());
-  e->release(0);
+  EXPECT_TRUE(refused({1}, bad));
+  EXPECT_EQ(e->active_slots(), 0);
 }
 
 TEST(Engine, SeededSamplingReproduces) {
@@ -300,10 +308,11 @@ TEST(Engine, DecodingAllocatesNothing) {
   p.ignore_eos = true;
   p.top_logprobs = 5;
   p.sampling.repeat_penalty = 1.1f;
-  const int s0 = e->try_acquire(), s1 = e->try_acquire();
-  ASSERT_TRUE(e->submit(s0, std::vector<int32_t>{1, 2, 3, 4}, p).ok());
+  const SlotRef r0 = e->try_acquire(), r1 = e->try_acquire();
+  const int s0 = r0.slot, s1 = r1.slot;
+  ASSERT_TRUE(e->submit(r0, std::vector<int32_t>{1, 2, 3, 4}, p).ok());
   p.sampling.temperature = 0.7f;
-  ASSERT_TRUE(e->submit(s1, std::vector<int32_t>{1, 9, 8}, p).ok());
+  ASSERT_TRUE(e->submit(r1, std::vector<int32_t>{1, 9, 8}, p).ok());
   e->wait_for(s0, 20, std::chrono::steady_clock::now() + std::chrono::seconds(10));
   e->wait_for(s1, 20, std::chrono::steady_clock::now() + std::chrono::seconds(10));
   const uint64_t before = g_allocs.load();
@@ -311,8 +320,62 @@ TEST(Engine, DecodingAllocatesNothing) {
   const uint64_t after = g_allocs.load();
   EXPECT_GT(n0, 300);
   EXPECT_EQ(after - before, 0u) << "allocations during ~280 decode steps";
-  e->release(s0);
-  e->release(s1);
+  e->release(r0);
+  e->release(r1);
+}
+
+// A late cancel or release through a reference whose slot has since been
+// released and taken again leaves the new request alone.
+TEST(Engine, StaleReferencesCannotTouchTheNextRequest) {
+  auto e = make_engine(synth_model("tiny-llama", "Q8_0"), 1, 256);
+  ASSERT_TRUE(e);
+  GenerateParams p = greedy(40);
+  p.ignore_eos = true;
+  const SlotRef old = e->try_acquire();
+  ASSERT_TRUE(e->submit(old, std::vector<int32_t>{1, 2, 3}, p).ok());
+  e->release(old);  // cancels and frees
+  const SlotRef now = e->try_acquire();
+  ASSERT_EQ(now.slot, old.slot);
+  ASSERT_TRUE(e->submit(now, std::vector<int32_t>{1, 5, 6}, p).ok());
+  e->cancel(old);   // stale: must not end `now`
+  e->release(old);  // stale: must not free `now`
+  EXPECT_FALSE(e->submit(old, std::vector<int32_t>{1}, p).ok());
+  EXPECT_EQ(e->state(now.slot) == Engine::SlotState::Free, false);
+  while (e->finish(now.slot) == Finish::None)
+    e->wait_for(now.slot, 1 << 30, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  EXPECT_EQ(e->finish(now.slot), Finish::Length);
+  EXPECT_EQ(e->wait_for(now.slot, 0, std::chrono::steady_clock::now()), 40);
+  e->release(now);
+  EXPECT_EQ(e->active_slots(), 0);
+}
+
+// Prompts are prefilled in the order they were submitted, whatever their
+// slots: a later prompt in a lower slot does not go first.
+TEST(Engine, PromptsArePrefilledInSubmissionOrder) {
+  // Steps of at least 3 ms and 8 tokens: a 60-token prompt takes 8 steps.
+  auto e = make_engine(synth_model("tiny-llama", "Q8_0"), 3, 256, 1, DType::F16, 8, AttnMath::F32, 0.003);
+  ASSERT_TRUE(e);
+  GenerateParams p = greedy(1);
+  p.ignore_eos = true;
+  const SlotRef r0 = e->try_acquire(), r1 = e->try_acquire(), r2 = e->try_acquire();
+  std::vector<int32_t> prompt(60, 7);
+  prompt[0] = 1;
+  // Submitted highest slot first: the old lowest-slot-first order would
+  // finish slot 0's prompt first.
+  ASSERT_TRUE(e->submit(r2, prompt, p).ok());
+  ASSERT_TRUE(e->submit(r1, prompt, p).ok());
+  ASSERT_TRUE(e->submit(r0, prompt, p).ok());
+  std::vector<int> order;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (order.size() < 3 && std::chrono::steady_clock::now() < end) {
+    for (const SlotRef& r : {r0, r1, r2})
+      if (std::find(order.begin(), order.end(), r.slot) == order.end() &&
+          e->wait_for(r.slot, 0, std::chrono::steady_clock::now()) > 0)
+        order.push_back(r.slot);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  EXPECT_EQ(order, (std::vector<int>{r2.slot, r1.slot, r0.slot}));
+  for (const SlotRef& r : {r0, r1, r2}) e->release(r);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ inline std::string synth_model(const std::string& shape, const std::string& ftyp
 
 inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, int ctx, int threads = 2,
                                            DType kv = DType::F16, int step_tokens = 64,
-                                           AttnMath attn_math = AttnMath::F32) {
+                                           AttnMath attn_math = AttnMath::F32, double min_step_seconds = 0) {
   auto m = Model::load(path);
   EXPECT_TRUE(m.ok()) << m.message();
   if (!m.ok()) return nullptr;
@@ -44,6 +44,7 @@ inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, i
   EngineOptions eo;
   eo.threads = threads;
   eo.attn_math = attn_math;
+  eo.min_step_seconds = min_step_seconds;
   if (const char* isa = std::getenv("EDGELM_TEST_ISA")) {
     for (kernels::Isa i : kernels::supported_isas())
       if (kernels::isa_name(i) == isa) eo.isa = i;
@@ -57,10 +58,11 @@ inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, i
 
 // Runs one request to completion on `e`; returns the output tokens.
 inline std::vector<int32_t> generate(Engine& e, const std::vector<int32_t>& prompt, const GenerateParams& p,
-                                     Finish* fin = nullptr, int slot = -1) {
-  if (slot < 0) slot = e.try_acquire();
+                                     Finish* fin = nullptr, SlotRef ref = {}) {
+  if (!ref.ok()) ref = e.try_acquire();
+  const int slot = ref.slot;
   EXPECT_GE(slot, 0);
-  EXPECT_TRUE(e.submit(slot, prompt, p).ok());
+  EXPECT_TRUE(e.submit(ref, prompt, p).ok());
   std::vector<int32_t> out;
   for (;;) {
     const int n = e.wait_for(slot, static_cast<int>(out.size()), std::chrono::steady_clock::now() + std::chrono::seconds(30));
@@ -68,7 +70,7 @@ inline std::vector<int32_t> generate(Engine& e, const std::vector<int32_t>& prom
     if (e.finish(slot) != Finish::None && e.wait_for(slot, static_cast<int>(out.size()), std::chrono::steady_clock::now()) == static_cast<int>(out.size())) break;
   }
   if (fin) *fin = e.finish(slot);
-  e.release(slot);
+  e.release(ref);
   return out;
 }
 

@@ -217,7 +217,7 @@ TEST(Serve, ThroughputGateRefusesWhatWouldSlowEveryone) {
   LiveServer::Options o = twenty_plus_thirty_ms();
   o.server.admission.min_stream_rate = 10;
   LiveServer s(o);
-  const serve::Decision d = s.server->admission().precheck();
+  const serve::Decision d = s.server->admission().peek();
   EXPECT_TRUE(d.ok());
   EXPECT_NEAR(d.predicted_rate, 20.0, 3.0);
   expect_two_streams_then_throughput_429(s);
@@ -306,9 +306,8 @@ TEST(Serve, DisconnectWhileQueuedLeaksNothing) {
   const std::string body = chat_body("two", 200, false);
   test::post_and_hang_up(s.port, "/v1/chat/completions", body, 100);
   EXPECT_EQ(first.get()->status, 200);
-  // httplib gives a handler no way to watch its socket while it waits, so
-  // the vanished client takes the slot when the first request ends, and
-  // loses it at its first heartbeat write (at most one heartbeat of work).
+  // The gate watches a waiter's socket: the vanished client leaves the
+  // queue and never takes the slot (Gate.AClientThatLeavesTheQueueIsNeverAdmitted).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while ((s.server->admission().queued() != 0 || s.engine->active_slots() != 0) &&
          std::chrono::steady_clock::now() < deadline)
@@ -389,10 +388,17 @@ TEST(Serve, BadRequestsGet400AndLeakNoSlot) {
     ASSERT_FALSE(j.is_discarded()) << r->body;
     EXPECT_NE(j["error"]["message"].get<std::string>().find(field), std::string::npos) << body << " -> " << r->body;
   }
-  // A huge max_tokens is clamped to what the slot holds, not refused.
+  // A max_tokens no slot could ever hold is refused, naming the slot's size ...
   auto r = c.Post("/v1/chat/completions", chat_body("x", 1000000000, false), "application/json");
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("a slot holds 256 tokens"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("max_tokens"), std::string::npos) << r->body;
+  // ... one that only this prompt makes too large is clamped to the room left.
+  r = c.Post("/v1/chat/completions", chat_body("x", 255, false), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["finish_reason"], "length");
   // Oversized bodies: 413.
   r = c.Post("/v1/chat/completions", std::string(1 << 20, ' '), "application/json");
   ASSERT_TRUE(r);

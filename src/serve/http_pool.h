@@ -1,0 +1,61 @@
+// The HTTP side's threads and connections: a bounded worker pool for
+// cpp-httplib, and a way for a handler to notice that its client hung up.
+#pragma once
+
+#include <httplib.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace edgelm::serve {
+
+// True on the thread that answers connections over the cap, so the
+// pre-routing handler refuses them at once.
+bool over_capacity_thread();
+
+// httplib's task queue, bounded: `workers` threads serve connections; up to
+// `cap` connections may be open; the rest go to one refusing thread that
+// answers 503 as soon as it has read the request line and headers.
+class WorkerPool : public httplib::TaskQueue {
+ public:
+  WorkerPool(int workers, int cap);
+  ~WorkerPool() override;
+  void enqueue(std::function<void()> fn) override;
+  void shutdown() override;
+  int open() const;
+
+ private:
+  void loop(std::deque<std::function<void()>>& q, bool refusing);
+
+  const int cap_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_, refusals_;
+  std::vector<std::thread> threads_;
+  int open_ = 0;
+  bool stop_ = false;
+};
+
+// Has the client of `req` hung up? cpp-httplib 0.11 gives a handler no
+// handle on its socket, so this finds it: the one descriptor of this
+// process whose local and peer addresses are the request's (a TCP
+// connection is unique by those four). The socket stays open while its
+// handler runs (httplib closes it after), so the descriptor found is the
+// connection's for as long as the handler asks. Then a poll for hang-up, or
+// a peek that reads end-of-file, says the client is gone; bytes of a
+// pipelined next request do not.
+class ClientWatch {
+ public:
+  explicit ClientWatch(const httplib::Request& req) : req_(req) {}
+  bool gone();
+
+ private:
+  const httplib::Request& req_;
+  int fd_ = -2;  // -2: not looked up yet; -1: not found (then never gone)
+};
+
+}  // namespace edgelm::serve

@@ -1,0 +1,219 @@
+#include "serve/stream.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+#include "serve/openai.h"
+#include "serve/stop_matcher.h"
+#include "tokenizer/utf8_stream.h"
+
+namespace edgelm::serve {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The state of one admitted request, shared by the content provider (which
+// streams it) and the releaser (which frees the slot whatever happens).
+struct Session {
+  explicit Session(const StreamDeps& d, StreamSpec sp, SlotRef r)
+      : deps(d), spec(std::move(sp)), ref(r), stop(spec.stops) {}
+
+  StreamDeps deps;
+  StreamSpec spec;
+  SlotRef ref;
+  Clock::time_point t_first, t_last;
+  int seen = 0;
+  int completion_tokens = 0;
+  size_t sent_bytes = 0;  // text bytes streamed so far (completions' text_offset)
+  bool stopped_by_string = false;
+  bool disconnected = false;
+  bool finished = false;
+  Finish fin = Finish::None;  // the engine's, once finished
+  std::string text;           // non-streamed: the whole output
+  std::vector<TokenLogprobOut> logprobs;
+  tokenizer::Utf8Stream utf8;
+  StopMatcher stop;
+
+  bool released = false;
+  // Gives the slot back (cancelling it if it still runs) and hands it on; once.
+  void release_slot() {
+    if (released) return;
+    released = true;
+    deps.admission.release(ref);
+  }
+  // How this request ended, for logs and metrics.
+  std::string_view end() const {
+    if (disconnected || !finished) return "disconnected";
+    if (stopped_by_string) return "stop";
+    return finish_name(fin);
+  }
+};
+
+// An answer the engine did not finish on its own terms: the client is told
+// so in OpenAI's error shape, never with a finish_reason.
+ApiError ended_early(Finish f) {
+  if (f == Finish::Cancelled)
+    return {503, "server_error", "cancelled", "the server cancelled this request (it is shutting down)", ""};
+  return {500, "server_error", "engine_error", "the engine failed while generating this answer", ""};
+}
+
+bool ended_normally(Finish f) { return f == Finish::Stop || f == Finish::Length; }
+
+}  // namespace
+
+void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec spec, SlotRef ref) {
+  auto s = std::make_shared<Session>(deps, std::move(spec), ref);
+  const bool streaming = s->spec.stream;
+  res.set_header("Cache-Control", "no-cache");
+  if (s->spec.dropped > 0) res.set_header("X-Edgelm-Prompt-Tokens-Dropped", std::to_string(s->spec.dropped));
+
+  auto provider = [s](size_t, httplib::DataSink& sink) -> bool {
+    Engine& e = s->deps.engine;
+    const StreamSpec& sp = s->spec;
+    const int slot = s->ref.slot;
+    const tokenizer::Tokenizer& t = e.tokenizer();
+    Metrics& m = s->deps.metrics;
+    const auto heartbeat = std::chrono::milliseconds(s->deps.heartbeat_ms);
+    auto last_write = Clock::now();
+    auto write = [&](const std::string& data) {
+      if (s->disconnected) return false;
+      last_write = Clock::now();
+      if (!sink.write(data.data(), data.size())) s->disconnected = true;
+      return !s->disconnected;
+    };
+    auto usage = [&]() {
+      Usage u;
+      u.prompt_tokens = sp.n_prompt;
+      u.completion_tokens = s->completion_tokens;
+      u.prompt_tokens_dropped = sp.dropped;
+      return u;
+    };
+    std::string piece_out, emit;
+    bool first_chunk = true;
+    while (!s->finished) {
+      const int before = s->seen;
+      const int n = e.wait_for(slot, s->seen, Clock::now() + heartbeat);
+      const bool idle = n == before;  // the wait timed out with nothing new
+      emit.clear();
+      std::vector<TokenLogprobOut> chunk_lps;
+      for (; s->seen < n && !s->stopped_by_string; ++s->seen) {
+        const auto now = Clock::now();
+        if (s->seen == 0) {
+          s->t_first = now;
+          m.ttft.observe(std::chrono::duration<double>(now - sp.t0).count());
+        }
+        s->t_last = now;
+        const int32_t tok_id = e.output_token(slot, s->seen);
+        ++s->completion_tokens;
+        const std::string_view piece = t.token_piece_view(tok_id);
+        if (sp.top_logprobs >= 0) {
+          TokenLogprob top[kMaxTopLogprobs];
+          const int k = std::min(sp.top_logprobs, kMaxTopLogprobs);
+          TokenLogprobOut lp;
+          lp.token = std::string(piece);
+          lp.logprob = e.output_logprob(slot, s->seen, std::span<TokenLogprob>(top, static_cast<size_t>(k)));
+          for (int i = 0; i < k; ++i) lp.top.emplace_back(t.token_piece(top[i].token), top[i].logprob);
+          chunk_lps.push_back(std::move(lp));
+        }
+        piece_out.clear();
+        s->utf8.push(piece, piece_out);
+        if (s->stop.push(piece_out, emit)) {
+          s->stopped_by_string = true;
+          e.cancel(s->ref);
+        }
+      }
+      const Finish fin = e.finish(slot);
+      const bool engine_done = fin != Finish::None && e.wait_for(slot, s->seen, Clock::now()) == s->seen;
+      if (s->stopped_by_string || engine_done) {
+        if (!s->stopped_by_string && ended_normally(fin)) {
+          piece_out.clear();
+          s->utf8.flush(piece_out);
+          s->stop.push(piece_out, emit);
+          s->stop.flush(emit);
+        }
+        s->finished = true;
+        s->fin = s->stopped_by_string ? Finish::Stop : fin;
+        // Every token is read: the slot is free before the last bytes go
+        // out. Nothing below touches the slot again (a stale reference could
+        // not harm its next holder anyway).
+        s->release_slot();
+      }
+      const bool failed = s->finished && !ended_normally(s->fin);
+      if (sp.stream) {
+        if (!emit.empty() || !chunk_lps.empty()) {
+          const auto* lps = chunk_lps.empty() ? nullptr : &chunk_lps;
+          const std::string j = sp.chat ? chat_chunk_json(sp.id, sp.created, sp.model, emit, first_chunk, "", lps)
+                                        : completion_chunk_json(sp.id, sp.created, sp.model, emit, "", lps, s->sent_bytes);
+          s->sent_bytes += emit.size();
+          first_chunk = false;
+          if (!write(sse_event(j))) break;
+        } else if (!s->finished && idle) {
+          // Nothing new: an SSE comment keeps proxies patient and reveals a
+          // client that has gone away.
+          if (!write(": keep-alive\n\n")) break;
+        }
+        if (failed) {
+          if (!write(sse_event(error_json(ended_early(s->fin))))) break;
+        } else if (s->finished) {
+          const std::string reason(finish_name(s->fin));
+          const std::string j = sp.chat ? chat_chunk_json(sp.id, sp.created, sp.model, "", first_chunk, reason, nullptr)
+                                        : completion_chunk_json(sp.id, sp.created, sp.model, "", reason, nullptr);
+          if (!write(sse_event(j))) break;
+          if (sp.include_usage && !write(sse_event(usage_chunk_json(sp.id, sp.created, sp.model, usage(), sp.chat)))) break;
+          if (!write(sse_done())) break;
+        }
+      } else {
+        s->text += emit;
+        for (auto& lp : chunk_lps) s->logprobs.push_back(std::move(lp));
+        if (failed) {
+          if (!write(error_json(ended_early(s->fin)))) break;
+        } else if (s->finished) {
+          const auto* lps = sp.top_logprobs >= 0 ? &s->logprobs : nullptr;
+          const std::string reason(finish_name(s->fin));
+          const std::string j = sp.chat ? chat_completion_json(sp.id, sp.created, sp.model, s->text, reason, usage(), lps)
+                                        : completion_json(sp.id, sp.created, sp.model, s->text, reason, usage(), lps);
+          if (!write(j)) break;
+        } else if (idle || Clock::now() - last_write >= heartbeat) {
+          // JSON allows leading whitespace: a space now and then keeps the
+          // connection honest while the answer is generated, and a failed
+          // write tells us the client has gone.
+          if (!write(" ")) break;
+        }
+      }
+    }
+    if (s->disconnected) {
+      s->release_slot();  // cancels the request if it still runs
+      return false;
+    }
+    sink.done();
+    return true;
+  };
+
+  auto releaser = [s](bool) {
+    Metrics& m = s->deps.metrics;
+    Engine& e = s->deps.engine;
+    s->release_slot();
+    const auto now = Clock::now();
+    const std::string_view end = s->end();
+    int status = 200;
+    if (end == "disconnected") status = 499;
+    else if (end == "cancelled") status = 503;
+    else if (end == "error") status = 500;
+    if (status == 499) m.client_disconnects.fetch_add(1);
+    m.count_status(status);
+    m.count_end(end);
+    m.generated_tokens.fetch_add(static_cast<uint64_t>(s->completion_tokens));
+    m.request_seconds.observe(std::chrono::duration<double>(now - s->spec.t0).count());
+    if (s->completion_tokens > 1)
+      m.tpot.observe(std::chrono::duration<double>(s->t_last - s->t_first).count() / (s->completion_tokens - 1));
+    spdlog::info("release req={} slot={} active={}/{} end={} prompt={} completion={} ms={}", s->spec.id, s->ref.slot,
+                 e.active_slots(), e.n_slots(), end, s->spec.n_prompt, s->completion_tokens,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(now - s->spec.t0).count());
+  };
+  res.set_chunked_content_provider(streaming ? "text/event-stream" : "application/json", provider, releaser);
+}
+
+}  // namespace edgelm::serve
