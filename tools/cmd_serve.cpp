@@ -23,6 +23,7 @@ struct ServeFlags {
   PlanFlags plan;
   serve::ServerOptions server;
   std::string truncate = "keep-end";
+  bool no_prompt_cache = false;
   bool mlock = false;
   double debug_step_ms = 0;
   double debug_token_ms = 0;
@@ -44,6 +45,7 @@ int serve_main(ServeFlags f) {
     return 1;
   }
   f.server.truncate = *trunc;
+  f.server.prompt_cache = !f.no_prompt_cache;
   if (const double s = f.server.admission.max_slowdown; s != 0 && s < 1) {
     fmt::print(stderr, "error: --max-slowdown {} is below 1: a stream cannot be promised more than a lone stream's speed (0 turns it off)\n", s);
     return 1;
@@ -168,6 +170,8 @@ void add_serve_command(CLI::App& app) {
                   "would break it wait or get 429 (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
   cmd->add_option("--truncate", f->truncate, "Prompts longer than a slot: keep-end, keep-start, none (400)")->capture_default_str();
+  cmd->add_flag("--no-prompt-cache", f->no_prompt_cache,
+                "Do not reuse a slot's cached prompt prefix (every prompt is computed in full)");
   cmd->add_option("--default-max-tokens", s.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-body", s.max_body_bytes, "Largest request body in bytes")->capture_default_str();
   cmd->add_option("--http-threads", s.http_threads, "HTTP workers (0: max(32, slots + queue + 16))")->capture_default_str();

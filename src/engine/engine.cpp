@@ -181,6 +181,10 @@ Status Engine::submit(SlotRef ref, std::span<const int32_t> prompt, const Genera
   EDGELM_TRY(p.sampling.validate());
   if (p.max_tokens < 1) return make_error("max_tokens must be at least 1, got {}", p.max_tokens);
   if (p.top_logprobs > kMaxTopLogprobs) return make_error("top_logprobs must be at most {}", kMaxTopLogprobs);
+  if (p.reuse < 0 || p.reuse >= static_cast<int>(prompt.size()))
+    return make_error("reuse of {} tokens for a prompt of {}", p.reuse, prompt.size());
+  if (p.reuse > 0 && cached_prefix(slot, prompt) < p.reuse)
+    return make_error("slot {} does not hold the first {} tokens of this prompt", slot, p.reuse);
   std::copy(prompt.begin(), prompt.end(), s.tokens);
   s.n_prompt = static_cast<int>(prompt.size());
   s.max_tokens = std::min(p.max_tokens, plan_.ctx - s.n_prompt);
@@ -189,7 +193,8 @@ Status Engine::submit(SlotRef ref, std::span<const int32_t> prompt, const Genera
   s.seq = submit_seq_.fetch_add(1);
   s.params = p;
   s.rng = Rng(p.sampling.seed);
-  s.n_past.store(0, std::memory_order_relaxed);
+  s.n_past.store(p.reuse, std::memory_order_relaxed);
+  s.cached.store(0, std::memory_order_relaxed);  // being overwritten
   s.n_out.store(0);
   s.finish.store(static_cast<uint8_t>(Finish::None));
   s.state.store(static_cast<uint32_t>(SlotState::Queued), std::memory_order_release);
@@ -236,6 +241,22 @@ void Engine::cancel(SlotRef ref) {
   wake();
 }
 
+int Engine::cached_prefix(int slot, std::span<const int32_t> prompt) const {
+  if (slot < 0 || slot >= plan_.slots) return 0;
+  const Slot& s = slots_[static_cast<size_t>(slot)];
+  const auto st = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
+  if (st != SlotState::Free && st != SlotState::Reserved) return 0;
+  const int n = std::min(s.cached.load(std::memory_order_relaxed), static_cast<int>(prompt.size()));
+  int i = 0;
+  while (i < n && s.tokens[i] == prompt[static_cast<size_t>(i)]) ++i;
+  return i;
+}
+
+int Engine::cached_tokens(int slot) const { return slots_[static_cast<size_t>(slot)].cached.load(std::memory_order_relaxed); }
+uint64_t Engine::last_used(int slot) const {
+  return slots_[static_cast<size_t>(slot)].released_at.load(std::memory_order_relaxed);
+}
+
 void Engine::cancel_all() {
   for (int i = 0; i < plan_.slots; ++i) {
     Slot& s = slots_[static_cast<size_t>(i)];
@@ -257,6 +278,10 @@ void Engine::release(SlotRef ref) {
     // (stopped), loop() has already finished every slot.
     s.cv.wait(lk, [&] { return s.finish.load() != 0 || !running_.load(); });
   }
+  // What the request left in the cache stays for the next one, unless it
+  // asked otherwise (or never ran: n_past is then what was reused, still valid).
+  s.cached.store(s.params.keep_cache ? s.n_past.load(std::memory_order_relaxed) : 0, std::memory_order_relaxed);
+  s.released_at.store(release_seq_.fetch_add(1) + 1, std::memory_order_relaxed);
   uint64_t g = ref.gen;
   if (!s.gen.compare_exchange_strong(g, ref.gen + 1)) return;  // released twice at once: the other one won
   s.state.store(static_cast<uint32_t>(SlotState::Free), std::memory_order_release);

@@ -52,6 +52,12 @@ struct GenerateParams {
   int max_tokens = 256;     // clamped by the slot's room
   int top_logprobs = -1;    // -1: none; 0..20: chosen token's logprob and this many alternatives
   bool ignore_eos = false;
+  // Prompt reuse: the first `reuse` prompt tokens are already in the slot's
+  // KV cache from its previous request (see cached_prefix); only the rest is
+  // prefilled. At most prompt length - 1 (the last token makes the logits).
+  int reuse = 0;
+  // Leave this request's tokens and KV in the slot for later requests.
+  bool keep_cache = true;
 };
 
 struct EngineOptions {
@@ -127,6 +133,15 @@ class Engine {
   SlotRef try_acquire();
   // Claims slot `slot` if it is free (ref.slot -1 otherwise).
   SlotRef try_acquire(int slot);
+  // A free slot remembers its last request's tokens and KV until it is
+  // reused. How many leading tokens of `prompt` it holds (0 for a slot that
+  // is not free). Call only while no one can acquire the slot (admission
+  // does, under its lock).
+  int cached_prefix(int slot, std::span<const int32_t> prompt) const;
+  // Tokens whose KV the slot keeps (any state; for /slots and admission).
+  int cached_tokens(int slot) const;
+  // When the slot was last released (a counter; lower is older), for LRU.
+  uint64_t last_used(int slot) const;
   // Copies the prompt into the slot and queues it. The prompt must hold
   // 1..ctx-1 tokens; max_tokens is clamped so prompt + output fit the slot.
   Status submit(SlotRef ref, std::span<const int32_t> prompt, const GenerateParams& p);
@@ -176,6 +191,10 @@ class Engine {
     int max_tokens = 0;
     std::atomic<int> n_prompt_pub{0}, max_tokens_pub{0};
     uint64_t seq = 0;  // submission order: prompts are prefilled first come, first served
+    // Tokens [0, cached) of `tokens` have their KV in the slot: set at
+    // release from n_past (0 when the request asked not to keep it).
+    std::atomic<int> cached{0};
+    std::atomic<uint64_t> released_at{0};
     // Tokens already in the KV cache: written by the engine, read (relaxed)
     // by admission for Retry-After.
     std::atomic<int> n_past{0};
@@ -204,6 +223,7 @@ class Engine {
   std::vector<TokenLogprob> top_buf_;
   std::vector<int> prefill_order_;      // slots in submission order, capacity reserved once
   std::atomic<uint64_t> submit_seq_{0};
+  std::atomic<uint64_t> release_seq_{0};
 
   std::thread thread_;
   std::atomic<bool> running_{false};

@@ -55,8 +55,40 @@ Decision Admission::refuse(Reason r) const {
   return d;
 }
 
+int Admission::choose_slot_locked(const Ask& ask, int& reuse) const {
+  // A match is worth a slot when it covers half the prompt or 256 tokens:
+  // a few shared header tokens must not make a request overwrite another
+  // conversation's cache when an older one could go instead.
+  const int n = static_cast<int>(ask.prompt.size());
+  auto useful = [&](int match) { return match > 0 && (2 * match >= n || match >= 256); };
+  int best = -1, best_match = 0, lru = -1, lru_match = 0;
+  uint64_t lru_age = 0;
+  for (int i = 0; i < engine_.n_slots(); ++i) {
+    if (engine_.state(i) != Engine::SlotState::Free) continue;
+    // Slots change hands only under this lock, so a free slot's cache is
+    // stable while it is read.
+    const int match = ask.reuse ? engine_.cached_prefix(i, ask.prompt) : 0;
+    if (useful(match) && match > best_match) {
+      best = i;
+      best_match = match;
+    }
+    const uint64_t age = engine_.last_used(i);
+    if (lru < 0 || age < lru_age) {
+      lru = i;
+      lru_age = age;
+      lru_match = match;
+    }
+  }
+  if (best < 0) {
+    best = lru;
+    best_match = lru_match;
+  }
+  // At least one token is computed: its logits start the answer.
+  reuse = best >= 0 ? std::clamp(best_match, 0, std::max(n - 1, 0)) : 0;
+  return best;
+}
+
 Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) const {
-  (void)ask;
   if (draining_.load()) return refuse(Reason::Draining);
   if (pressure_.load()) return refuse(Reason::MemoryPressure);
   const EngineStats st = engine_.stats();
@@ -76,8 +108,11 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) const {
     return r;
   }
   if (reserve) {
-    *reserve = engine_.try_acquire();
+    int reuse = 0;
+    const int slot = choose_slot_locked(ask, reuse);
+    *reserve = slot >= 0 ? engine_.try_acquire(slot) : SlotRef{};
     if (!reserve->ok()) return refuse(Reason::Slots);
+    d.reuse = reuse;
   } else if (st.active >= engine_.n_slots()) {
     return refuse(Reason::Slots);
   }

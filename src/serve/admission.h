@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -50,13 +51,15 @@ struct Decision {
   double predicted_rate = 0;  // tokens/s per stream if admitted (throughput gate)
   double rate_floor = 0;      // the tokens/s every stream was promised when this was decided
   bool waited = false;        // the request waited in the queue
+  int reuse = 0;              // prompt tokens the granted slot already holds
   bool ok() const { return reason == Reason::None; }
 };
 
 // What the gate knows of a request when it decides.
 struct Ask {
-  int prompt_tokens = 0;  // after truncation
-  int max_tokens = 0;     // after clamping to the slot
+  std::span<const int32_t> prompt;  // after truncation
+  int max_tokens = 0;               // after clamping to the slot
+  bool reuse = true;                // may start from a slot's cached prefix
 };
 
 // The throughput model, separate from the engine so it can be tested with
@@ -85,7 +88,10 @@ class Admission {
   Admission(Engine& engine, const AdmissionOptions& o);
 
   // Decides on a request and, when it is admitted, reserves its slot (in
-  // `out`), in one step. When every slot is taken and the queue has room,
+  // `out`), in one step. The slot is the free one that holds the longest
+  // prefix of the prompt (d.reuse tokens of it need no prefill) when that
+  // prefix is at least half the prompt or 256 tokens, else the least
+  // recently used one. When every slot is taken and the queue has room,
   // waits for a slot to be handed over, polling `gone` (the client hung up)
   // every few milliseconds. Returns the decision; `out` is valid only when
   // it is ok().
@@ -113,6 +119,9 @@ class Admission {
   };
   // The whole decision for `ask`; reserves a slot when `reserve` and it is ok.
   Decision decide_locked(const Ask& ask, SlotRef* reserve) const;
+  // The free slot for `ask`: the one with the longest useful cached prefix,
+  // else the least recently used; -1 when none is free. Sets `reuse`.
+  int choose_slot_locked(const Ask& ask, int& reuse) const;
   // Hands free slots to waiters, oldest first, while the gate admits them.
   void hand_off_locked();
   Decision refuse(Reason r) const;

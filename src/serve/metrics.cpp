@@ -72,6 +72,10 @@ std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a
                      m.rejections[static_cast<size_t>(r)].load());
   counter("edgelm_prompt_tokens_total", "Prompt tokens admitted.", m.prompt_tokens.load());
   counter("edgelm_prompt_tokens_dropped_total", "Prompt tokens removed by truncation.", m.prompt_tokens_dropped.load());
+  counter("edgelm_prompt_tokens_reused_total", "Prompt tokens taken from a slot's cached prefix instead of computed.",
+          m.prompt_tokens_reused.load());
+  counter("edgelm_prompt_tokens_computed_total", "Prompt tokens prefilled.",
+          m.prompt_tokens.load() - m.prompt_tokens_reused.load());
   counter("edgelm_generated_tokens_total", "Tokens generated and sent.", m.generated_tokens.load());
   counter("edgelm_client_disconnects_total", "Requests whose client went away before the end.", m.client_disconnects.load());
   counter("edgelm_connections_refused_total", "Connections refused over the connection cap.", m.connections_refused.load());

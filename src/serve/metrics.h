@@ -38,6 +38,7 @@ struct Metrics {
   std::array<std::atomic<uint64_t>, kReasonCount> rejections{};
   std::atomic<uint64_t> prompt_tokens{0};
   std::atomic<uint64_t> prompt_tokens_dropped{0};
+  std::atomic<uint64_t> prompt_tokens_reused{0};  // taken from a slot's cache, not computed
   std::atomic<uint64_t> generated_tokens{0};
   std::atomic<uint64_t> client_disconnects{0};
   // Admitted requests by how they ended (Finish, and `disconnected` for a

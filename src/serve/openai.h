@@ -74,6 +74,7 @@ struct GenerationRequest {
   bool include_usage = false;  // stream_options.include_usage (only meaningful when stream)
   int top_logprobs = -1;       // -1: no logprobs; 0: the chosen token's only; up to 20 alternatives
   bool ignore_eos = false;     // non-standard (llama-server): keep going past end-of-sequence
+  bool cache_prompt = true;    // non-standard (llama-server): false neither reuses nor leaves a cached prefix
 };
 
 struct RequestLimits {
@@ -117,6 +118,7 @@ struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int prompt_tokens_dropped = 0;  // > 0: also emitted as "edgelm": {"prompt_tokens_dropped": N}
+  int cached_tokens = 0;          // prompt_tokens_details.cached_tokens (OpenAI's field)
 };
 
 // One generated token with its log-probability and the most likely

@@ -450,6 +450,7 @@ Err read_common(const json& body, GenerationRequest& req) {
   std::string user;  // accepted for compatibility, not used
   EDGELM_API_TRY(read_string(body, "user", user));
   EDGELM_API_TRY(read_bool(body, "ignore_eos", "ignore_eos", req.ignore_eos));
+  EDGELM_API_TRY(read_bool(body, "cache_prompt", "cache_prompt", req.cache_prompt));
   if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty())) {
     return unsupported("logit_bias", "'logit_bias' is not supported");
   }

@@ -158,6 +158,9 @@ void add_usage(ojson& j, const Usage& u) {
   usage["prompt_tokens"] = u.prompt_tokens;
   usage["completion_tokens"] = u.completion_tokens;
   usage["total_tokens"] = static_cast<int64_t>(u.prompt_tokens) + u.completion_tokens;
+  ojson details = ojson::object();
+  details["cached_tokens"] = u.cached_tokens;
+  usage["prompt_tokens_details"] = std::move(details);
   j["usage"] = std::move(usage);
   if (u.prompt_tokens_dropped > 0) {
     ojson ext = ojson::object();

@@ -146,18 +146,25 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
 
   ClientWatch watch(req);
   SlotRef ref;
-  const Decision d = adm.admit(Ask{n_prompt, gp.max_tokens}, ref, [&] { return watch.gone(); });
+  Ask ask;
+  ask.prompt = prompt.tokens;
+  ask.max_tokens = gp.max_tokens;
+  ask.reuse = o.prompt_cache && r.cache_prompt;
+  const Decision d = adm.admit(ask, ref, [&] { return watch.gone(); });
   if (!d.ok()) return refuse(res, d, t0, id);
+  gp.reuse = d.reuse;
+  gp.keep_cache = o.prompt_cache && r.cache_prompt;
   if (!r.seed_given) gp.sampling.seed = static_cast<uint64_t>(t0.time_since_epoch().count()) ^ ref.gen;
   if (Status st = engine.submit(ref, prompt.tokens, gp); !st.ok()) {
     adm.release(ref);
     return reply_error(res, {400, "invalid_request_error", "invalid_request", st.message(), ""});
   }
   metrics.prompt_tokens.fetch_add(static_cast<uint64_t>(n_prompt));
+  metrics.prompt_tokens_reused.fetch_add(static_cast<uint64_t>(d.reuse));
   metrics.prompt_tokens_dropped.fetch_add(static_cast<uint64_t>(prompt.dropped));
-  spdlog::info("admit accept req={} slot={} active={}/{} prompt={} dropped={} max_tokens={} stream={} waited={}", id,
-               ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, prompt.dropped, gp.max_tokens, r.stream,
-               d.waited);
+  spdlog::info("admit accept req={} slot={} active={}/{} prompt={} cached={} dropped={} max_tokens={} stream={} waited={}",
+               id, ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, d.reuse, prompt.dropped, gp.max_tokens,
+               r.stream, d.waited);
 
   StreamSpec sp;
   sp.id = id;
@@ -169,6 +176,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   sp.top_logprobs = r.top_logprobs;
   sp.n_prompt = n_prompt;
   sp.dropped = prompt.dropped;
+  sp.cached = d.reuse;
   sp.stops = std::move(r.stop);
   sp.t0 = t0;
   stream_response(res, StreamDeps{engine, adm, metrics, o.heartbeat_ms}, std::move(sp), ref);
@@ -247,6 +255,7 @@ void Server::Impl::routes() {
         j["generated_tokens"] = engine.wait_for(i, 1 << 30, Clock::now());
         j["max_tokens"] = engine.max_tokens(i);
       }
+      j["cached_tokens"] = engine.cached_tokens(i);
       arr.push_back(j);
     }
     json_reply(res, arr);

@@ -29,6 +29,7 @@ struct ServerOptions {
   std::string api_key;                  // "" = no authentication
   AdmissionOptions admission;
   Truncate truncate = Truncate::KeepEnd;
+  bool prompt_cache = true;             // reuse a free slot's cached prefix (--no-prompt-cache: off)
   int default_max_tokens = 1024;        // when a request gives none (still clamped to the slot)
   size_t max_body_bytes = 256 << 10;   // a 4096-token prompt is ~16 KiB of text
   int http_threads = 0;                 // 0: max(32, slots + queue + 16)

@@ -89,6 +89,7 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
       u.prompt_tokens = sp.n_prompt;
       u.completion_tokens = s->completion_tokens;
       u.prompt_tokens_dropped = sp.dropped;
+      u.cached_tokens = sp.cached;
       return u;
     };
     std::string piece_out, emit;

@@ -380,3 +380,70 @@ TEST(Engine, PromptsArePrefilledInSubmissionOrder) {
 
 }  // namespace
 }  // namespace edgelm
+
+namespace edgelm {
+namespace {
+
+// A released slot keeps its tokens and KV: a prompt that starts with them
+// computes only the rest, and greedy output is the same as computing it all.
+void expect_reuse_matches_cold(const std::string& model, int step_tokens) {
+  auto warm = make_engine(model, 1, 256, 1, DType::F16, step_tokens);
+  auto cold = make_engine(model, 1, 256, 1, DType::F16, step_tokens);
+  ASSERT_TRUE(warm && cold);
+  const int n_vocab = warm->model().config.n_vocab;
+  std::vector<int32_t> first = {1};
+  for (int i = 0; i < 40; ++i) first.push_back(static_cast<int32_t>((i * 37 + 11) % (n_vocab - 3) + 3));
+  GenerateParams p = greedy(12);
+  p.ignore_eos = true;
+  const std::vector<int32_t> answer = generate(*warm, first, p);
+  // The next turn: the whole first exchange, then more.
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), answer.begin(), answer.end());
+  for (int i = 0; i < 9; ++i) second.push_back(static_cast<int32_t>((i * 53 + 5) % (n_vocab - 3) + 3));
+  const int cached = warm->cached_prefix(0, second);
+  // Everything but the last answer token (sampled, never fed back) is cached.
+  EXPECT_EQ(cached, static_cast<int>(first.size() + answer.size()) - 1);
+  GenerateParams pr = p;
+  pr.reuse = cached;
+  const uint64_t prefilled_before = warm->stats().prompt_tokens;
+  const std::vector<int32_t> reused = generate(*warm, second, pr);
+  // Only the part after the cached prefix was computed.
+  EXPECT_EQ(warm->stats().prompt_tokens - prefilled_before, second.size() - static_cast<size_t>(cached));
+  const std::vector<int32_t> computed = generate(*cold, second, p);
+  EXPECT_EQ(reused, computed) << model;
+  // A claim beyond what the slot holds is refused.
+  GenerateParams bad = p;
+  bad.reuse = 5;
+  const SlotRef r = cold->try_acquire();
+  std::vector<int32_t> other(20, 4);
+  other[0] = 1;
+  EXPECT_FALSE(cold->submit(r, other, bad).ok());
+  cold->release(r);
+}
+
+TEST(EngineReuse, GreedyOutputWithReuseEqualsComputingItAll) {
+  expect_reuse_matches_cold(synth_model("tiny-qwen2", "Q4_0"), 64);
+  expect_reuse_matches_cold(synth_model("tiny-llama", "Q8_0"), 8);
+}
+
+TEST(EngineReuseShared, Stories260KWithReuseEqualsComputingItAll) {
+  EDGELM_REQUIRE_SHARED(model, "stories260K.gguf");
+  expect_reuse_matches_cold(model, 64);
+}
+
+TEST(EngineReuse, KeepCacheFalseLeavesNothing) {
+  auto e = make_engine(synth_model("tiny-llama", "Q8_0"), 1, 128, 1);
+  ASSERT_TRUE(e);
+  GenerateParams p = greedy(4);
+  p.ignore_eos = true;
+  p.keep_cache = false;
+  generate(*e, {1, 5, 6, 7}, p);
+  EXPECT_EQ(e->cached_tokens(0), 0);
+  EXPECT_EQ(e->cached_prefix(0, std::vector<int32_t>{1, 5, 6, 7}), 0);
+  p.keep_cache = true;
+  generate(*e, {1, 5, 6, 7}, p);
+  EXPECT_EQ(e->cached_tokens(0), 7);  // 4 prompt + 3 fed-back answer tokens
+}
+
+}  // namespace
+}  // namespace edgelm

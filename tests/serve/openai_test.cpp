@@ -785,7 +785,10 @@ TEST(OpenAiResponse, ChatCompletionShape) {
   EXPECT_TRUE(c.at("logprobs").is_null());
   EXPECT_EQ(c["finish_reason"], "stop");
   EXPECT_EQ(j["usage"],
-            json({{"prompt_tokens", 12}, {"completion_tokens", 5}, {"total_tokens", 17}}));
+            json({{"prompt_tokens", 12},
+                  {"completion_tokens", 5},
+                  {"total_tokens", 17},
+                  {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   EXPECT_FALSE(j.contains("edgelm"));
 }
 
@@ -872,7 +875,10 @@ TEST(OpenAiResponse, UsageChunkShape) {
   EXPECT_EQ(c["object"], "chat.completion.chunk");
   EXPECT_EQ(c["choices"], json::array());
   EXPECT_EQ(c["usage"],
-            json({{"prompt_tokens", 7}, {"completion_tokens", 9}, {"total_tokens", 16}}));
+            json({{"prompt_tokens", 7},
+                  {"completion_tokens", 9},
+                  {"total_tokens", 16},
+                  {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   EXPECT_FALSE(c.contains("edgelm"));
   json t = json::parse(usage_chunk_json("c", 3, "m", Usage{7, 9}, false));
   EXPECT_EQ(t["object"], "text_completion");
