@@ -169,6 +169,13 @@ void add_serve_command(CLI::App& app) {
                   "Admitted streams keep at least 1/F of a lone stream's tokens/s: longer steps and new requests that "
                   "would break it wait or get 429 (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--max-ttft-slowdown", s.admission.max_ttft_slowdown,
+                  "Admit a request only if its predicted time to first token, waiting included, is at most X times "
+                  "its unloaded time; else 429 'ttft' (0: off)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--max-ttft", s.admission.max_ttft_s,
+                  "Admit a request only if its predicted time to first token is at most this many seconds (0: off)")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--truncate", f->truncate, "Prompts longer than a slot: keep-end, keep-start, none (400)")->capture_default_str();
   cmd->add_flag("--no-prompt-cache", f->no_prompt_cache,
                 "Do not reuse a slot's cached prompt prefix (every prompt is computed in full)");

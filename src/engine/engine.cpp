@@ -94,6 +94,20 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
 
 Engine::~Engine() { stop(); }
 
+int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o) {
+  int budget = std::max(step_tokens - n_decode, 0);
+  if (n_decode > 0 && (o.max_step_seconds > 0 || o.max_slowdown > 0)) {
+    double cap = o.max_step_seconds > 0 ? o.max_step_seconds : 1e9;
+    // Planned at 85% of the promise: steps scatter around the fitted line
+    // (measured p99 about 1.2x the fit under load), and the promise is a tail figure.
+    if (o.max_slowdown > 0 && m.predict(1) > 0) cap = std::min(cap, 0.85 * o.max_slowdown * m.predict(1));
+    const double room = cap - m.predict(n_decode);
+    const int fit = m.b > 0 ? static_cast<int>(room / m.b) : budget;
+    budget = std::min(budget, std::max(o.min_prefill_chunk, fit));
+  }
+  return budget;
+}
+
 void EngineOptions::pad_step(Clock::time_point t0, int tokens) const {
   const double s = min_step_seconds + min_token_seconds * tokens;
   if (s > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
@@ -315,6 +329,13 @@ int Engine::min_remaining_tokens() const {
   return std::max(best, 0);
 }
 
+int Engine::prefill_remaining(int slot) const {
+  const Slot& s = slots_[static_cast<size_t>(slot)];
+  const auto st = static_cast<SlotState>(s.state.load());
+  if (st != SlotState::Queued && st != SlotState::Prefill) return 0;
+  return std::max(0, s.n_prompt_pub.load(std::memory_order_relaxed) - s.n_past.load(std::memory_order_relaxed));
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lk(stats_mu_);
   EngineStats s = stats_;
@@ -390,21 +411,12 @@ bool Engine::step_once() {
   }
   // Then prefill, in chunks: small while streams are running, so their next
   // token is not held up behind a long prompt.
-  int budget = plan_.step_tokens - static_cast<int>(batch_.size());
-  if (n_decode > 0 && (opts_.max_step_seconds > 0 || opts_.max_slowdown > 0)) {
-    StepModel m;
-    {
-      std::lock_guard<std::mutex> lk(stats_mu_);
-      m = stats_.step_model;
-    }
-    double cap = opts_.max_step_seconds > 0 ? opts_.max_step_seconds : 1e9;
-    // Planned at 85% of the promise: steps scatter around the fitted line
-    // (measured p99 about 1.2x the fit under load), and the promise is a tail figure.
-    if (opts_.max_slowdown > 0 && m.predict(1) > 0) cap = std::min(cap, 0.85 * opts_.max_slowdown * m.predict(1));
-    const double room = cap - m.predict(n_decode);
-    const int fit = m.b > 0 ? static_cast<int>(room / m.b) : budget;
-    budget = std::min(budget, std::max(opts_.min_prefill_chunk, fit));
+  StepModel m;
+  {
+    std::lock_guard<std::mutex> lk(stats_mu_);
+    m = stats_.step_model;
   }
+  int budget = prefill_budget(m, n_decode, plan_.step_tokens, opts_);
   // Prompts in the order they were submitted: an earlier request's prompt
   // is never held up by a later one in a lower slot.
   prefill_order_.clear();

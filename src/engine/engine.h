@@ -97,6 +97,14 @@ struct StepModel {
   double predict(int tokens) const { return a + b * tokens; }
 };
 
+// Prompt tokens one step may take beside `n_decode` decoding streams: up to
+// the step's token capacity, and while streams decode, only as many as keep
+// the step within the promised time per token (max_step_seconds, and 0.85 x
+// max_slowdown x a lone stream's step), at least min_prefill_chunk. The
+// engine schedules with it and admission predicts time to first token with
+// it, so the two cannot disagree.
+int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o);
+
 struct EngineStats {
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;     // prefilled
@@ -120,6 +128,7 @@ class Engine {
   const Model& model() const { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return tok_; }
   const MemoryPlan& plan() const { return plan_; }
+  const EngineOptions& options() const { return opts_; }
   int n_slots() const { return plan_.slots; }
   int ctx() const { return plan_.ctx; }
   // Bytes actually allocated at creation (KV + scratch + sampler + slot state).
@@ -170,6 +179,9 @@ class Engine {
   int active_slots() const;
   // Tokens each active slot still has to produce (prefill counted), for Retry-After.
   int min_remaining_tokens() const;
+  // Prompt tokens a submitted slot still has to prefill (0 once decoding,
+  // and for free or reserved slots).
+  int prefill_remaining(int slot) const;
 
  private:
   struct Slot {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <thread>
 
 namespace edgelm::serve {
@@ -15,6 +16,7 @@ std::string_view reason_name(Reason r) {
     case Reason::MemoryPressure: return "memory_pressure";
     case Reason::Draining: return "draining";
     case Reason::PromptTooLong: return "prompt_too_long";
+    case Reason::Ttft: return "ttft";
   }
   return "?";
 }
@@ -35,13 +37,22 @@ void keep_promise(const AdmissionOptions& o, EngineOptions& eo) {
   eo.max_slowdown = o.max_slowdown;
 }
 
+double predict_ttft(const StepModel& m, int ahead, int compute, int streams, int step_tokens, const EngineOptions& eo) {
+  const int per_step = prefill_budget(m, streams, step_tokens, eo);
+  if (per_step <= 0) return std::numeric_limits<double>::infinity();
+  const int total = std::max(ahead, 0) + std::max(compute, 1);
+  const int full = total / per_step, rest = total % per_step;
+  return full * m.predict(streams + per_step) + (rest > 0 ? m.predict(streams + rest) : 0.0);
+}
+
 int retry_after_seconds(int min_remaining_tokens, double per_stream_rate) {
   if (per_stream_rate <= 0) return 1;
   const double s = std::ceil(static_cast<double>(std::max(min_remaining_tokens, 1)) / per_stream_rate);
   return static_cast<int>(std::clamp(s, 1.0, 3600.0));
 }
 
-Admission::Admission(Engine& engine, const AdmissionOptions& o) : engine_(engine), o_(o) {
+Admission::Admission(Engine& engine, const AdmissionOptions& o)
+    : engine_(engine), o_(o), reserved_compute_(static_cast<size_t>(engine.n_slots()), 0) {
   waiters_.reserve(static_cast<size_t>(std::max(o_.queue, 0)));
 }
 
@@ -88,7 +99,7 @@ int Admission::choose_slot_locked(const Ask& ask, int& reuse) const {
   return best;
 }
 
-Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) const {
+Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
   if (draining_.load()) return refuse(Reason::Draining);
   if (pressure_.load()) return refuse(Reason::MemoryPressure);
   const EngineStats st = engine_.stats();
@@ -110,8 +121,34 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) const {
   if (reserve) {
     int reuse = 0;
     const int slot = choose_slot_locked(ask, reuse);
-    *reserve = slot >= 0 ? engine_.try_acquire(slot) : SlotRef{};
+    if (slot < 0) return refuse(Reason::Slots);
+    // The first-token promise, for the tokens this request must compute
+    // behind the prompts admitted before it.
+    const int compute = std::max(static_cast<int>(ask.prompt.size()) - reuse, 1);
+    int ahead = 0;
+    for (int i = 0; i < engine_.n_slots(); ++i)
+      ahead += engine_.state(i) == Engine::SlotState::Reserved ? reserved_compute_[static_cast<size_t>(i)]
+                                                               : engine_.prefill_remaining(i);
+    const int steps = engine_.plan().step_tokens;
+    const EngineOptions& eo = engine_.options();
+    d.predicted_ttft = predict_ttft(st.step_model, ahead, compute, st.active, steps, eo);
+    d.unloaded_ttft = predict_ttft(st.step_model, 0, compute, 0, steps, eo);
+    const double planned = o_.ttft_margin * d.predicted_ttft;
+    const bool too_slow = (o_.max_ttft_slowdown > 0 && planned > o_.max_ttft_slowdown * d.unloaded_ttft) ||
+                          (o_.max_ttft_s > 0 && planned > o_.max_ttft_s);
+    // An idle server starts a request as soon as it can: nothing would do better.
+    if (too_slow && st.active > 0) {
+      Decision r = refuse(Reason::Ttft);
+      // Until the prompts ahead are done, at the rate they are going.
+      const double drain = predict_ttft(st.step_model, 0, ahead, st.active, steps, eo);
+      r.retry_after_s = static_cast<int>(std::clamp(std::ceil(drain), 1.0, 3600.0));
+      r.predicted_ttft = d.predicted_ttft;
+      r.unloaded_ttft = d.unloaded_ttft;
+      return r;
+    }
+    *reserve = engine_.try_acquire(slot);
     if (!reserve->ok()) return refuse(Reason::Slots);
+    reserved_compute_[static_cast<size_t>(slot)] = compute;
     d.reuse = reuse;
   } else if (st.active >= engine_.n_slots()) {
     return refuse(Reason::Slots);
@@ -119,7 +156,7 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) const {
   return d;
 }
 
-Decision Admission::peek() const {
+Decision Admission::peek() {
   std::lock_guard<std::mutex> lk(mu_);
   if (!waiters_.empty()) return refuse(Reason::Slots);
   return decide_locked(Ask{}, nullptr);

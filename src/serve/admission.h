@@ -33,9 +33,9 @@
 
 namespace edgelm::serve {
 
-enum class Reason : uint8_t { None = 0, Slots, Throughput, MemoryPressure, Draining, PromptTooLong };
+enum class Reason : uint8_t { None = 0, Slots, Throughput, MemoryPressure, Draining, PromptTooLong, Ttft };
 std::string_view reason_name(Reason r);
-constexpr int kReasonCount = 6;
+constexpr int kReasonCount = 7;
 
 struct AdmissionOptions {
   double min_stream_rate = 5.0;  // tokens/s every admitted stream must keep
@@ -43,6 +43,14 @@ struct AdmissionOptions {
   double max_slowdown = 2.0;
   int queue = 0;                 // requests that may wait for a slot (0: reject at once)
   double queue_timeout_s = 10.0;
+  // The first-token promise: a request is admitted only if its predicted
+  // time to first token (waiting included) is at most max_ttft_slowdown x
+  // the predicted unloaded time of the prompt tokens it must compute (0:
+  // off) and at most max_ttft_s seconds (0: off). Checked with a margin
+  // (ttft_margin x the prediction): the promise is a tail figure.
+  double max_ttft_slowdown = 3.0;
+  double max_ttft_s = 0;
+  double ttft_margin = 1.15;
 };
 
 struct Decision {
@@ -52,6 +60,8 @@ struct Decision {
   double rate_floor = 0;      // the tokens/s every stream was promised when this was decided
   bool waited = false;        // the request waited in the queue
   int reuse = 0;              // prompt tokens the granted slot already holds
+  double predicted_ttft = 0;  // seconds to the first token, waiting included
+  double unloaded_ttft = 0;   // the same on an idle server
   bool ok() const { return reason == Reason::None; }
 };
 
@@ -79,6 +89,14 @@ double stream_rate_floor(const AdmissionOptions& o, const StepModel& m);
 // gate and the engine cannot promise different rates.
 void keep_promise(const AdmissionOptions& o, EngineOptions& eo);
 
+// Predicted seconds to the first token of a request that must prefill
+// `compute` tokens after `ahead` tokens admitted before it (prompts go first
+// come, first served), with `streams` streams decoding meanwhile; steps as
+// the engine makes them (prefill_budget) and timed by the step model. Every
+// held slot is counted as decoding throughout: a conservative figure.
+// Infinity when prefill could not advance.
+double predict_ttft(const StepModel& m, int ahead, int compute, int streams, int step_tokens, const EngineOptions& eo);
+
 // Seconds until a slot is likely to free: the soonest-finishing stream's
 // remaining tokens at the measured per-stream rate, rounded up, at least 1.
 int retry_after_seconds(int min_remaining_tokens, double per_stream_rate);
@@ -100,7 +118,7 @@ class Admission {
   // hands it to the oldest waiter. A stale reference does nothing.
   void release(SlotRef ref);
   // Would a request be admitted now? Reserves nothing (for /ready).
-  Decision peek() const;
+  Decision peek();
 
   void set_draining();
   bool draining() const { return draining_.load(); }
@@ -118,7 +136,7 @@ class Admission {
     bool done = false;  // granted or refused by a hand-off
   };
   // The whole decision for `ask`; reserves a slot when `reserve` and it is ok.
-  Decision decide_locked(const Ask& ask, SlotRef* reserve) const;
+  Decision decide_locked(const Ask& ask, SlotRef* reserve);
   // The free slot for `ask`: the one with the longest useful cached prefix,
   // else the least recently used; -1 when none is free. Sets `reuse`.
   int choose_slot_locked(const Ask& ask, int& reuse) const;
@@ -130,6 +148,9 @@ class Admission {
   AdmissionOptions o_;
   mutable std::mutex mu_;
   std::vector<Waiter*> waiters_;  // oldest first; capacity o_.queue, reserved once
+  // Prompt tokens to compute of each reserved slot not yet submitted (the
+  // engine counts them once they are); valid while the slot is Reserved.
+  std::vector<int> reserved_compute_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> pressure_{false};
   std::atomic<int> queued_{0};

@@ -85,6 +85,8 @@ std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a
   gauge("edgelm_step_fixed_seconds", "Fitted fixed cost of a step (a in a + b * tokens).", st.step_model.a);
   gauge("edgelm_step_per_token_seconds", "Fitted cost per token in a step (b in a + b * tokens).", st.step_model.b);
   m.ttft.render(o, "edgelm_time_to_first_token_seconds", "Time from request to first generated token.");
+  m.predicted_ttft.render(o, "edgelm_predicted_time_to_first_token_seconds",
+                          "The gate's predicted time to first token of each admitted request.");
   m.tpot.render(o, "edgelm_time_per_output_token_seconds", "Mean time between generated tokens of a request.");
   m.request_seconds.render(o, "edgelm_request_duration_seconds", "Time from request to last byte, admitted requests.");
   m.rejection_seconds.render(o, "edgelm_rejection_duration_seconds", "Time to answer a refused request.");

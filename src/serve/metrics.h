@@ -47,6 +47,7 @@ struct Metrics {
   std::array<std::atomic<uint64_t>, kEnds.size()> ends{};
   std::atomic<uint64_t> connections_refused{0};
   Histogram ttft;
+  Histogram predicted_ttft;  // the gate's prediction for each admitted request
   Histogram tpot;
   Histogram request_seconds;
   Histogram rejection_seconds;  // time to answer a refusal

@@ -96,6 +96,13 @@ void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time
       e.message = fmt::format("admitting another stream would drop every stream below {:.1f} tokens/s (predicted {:.1f}); retry after {} s",
                               d.rate_floor, d.predicted_rate, d.retry_after_s);
       break;
+    case Reason::Ttft:
+      e.message = fmt::format("the first token would come after {:.2f} s, more than the {:.2f} s promised; retry after {} s",
+                              d.predicted_ttft, adm.options().max_ttft_slowdown * d.unloaded_ttft, d.retry_after_s);
+      if (adm.options().max_ttft_s > 0 && adm.options().max_ttft_s < adm.options().max_ttft_slowdown * d.unloaded_ttft)
+        e.message = fmt::format("the first token would come after {:.2f} s, more than the {:.2f} s promised; retry after {} s",
+                                d.predicted_ttft, adm.options().max_ttft_s, d.retry_after_s);
+      break;
     case Reason::MemoryPressure: e.message = "the system is under memory pressure; retry later"; break;
     case Reason::Draining: e.message = "the server is shutting down"; break;
     default: e.message = "request refused"; break;
@@ -103,8 +110,9 @@ void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time
   reply_error(res, e, d.retry_after_s);
   metrics.count_rejection(d.reason);
   metrics.rejection_seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
-  spdlog::info("admit reject req={} reason={} active={}/{} queued={} waited={} retry_after={}", req_id,
-               reason_name(d.reason), engine.active_slots(), engine.n_slots(), adm.queued(), d.waited, d.retry_after_s);
+  spdlog::info("admit reject req={} reason={} active={}/{} queued={} waited={} retry_after={} ttft_pred_ms={:.0f}",
+               req_id, reason_name(d.reason), engine.active_slots(), engine.n_slots(), adm.queued(), d.waited,
+               d.retry_after_s, 1000 * d.predicted_ttft);
 }
 
 void Server::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -161,10 +169,14 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   }
   metrics.prompt_tokens.fetch_add(static_cast<uint64_t>(n_prompt));
   metrics.prompt_tokens_reused.fetch_add(static_cast<uint64_t>(d.reuse));
+  metrics.predicted_ttft.observe(d.predicted_ttft);
+  res.set_header("X-Edgelm-Predicted-Ttft-Ms", fmt::format("{:.0f}", 1000 * d.predicted_ttft));
   metrics.prompt_tokens_dropped.fetch_add(static_cast<uint64_t>(prompt.dropped));
-  spdlog::info("admit accept req={} slot={} active={}/{} prompt={} cached={} dropped={} max_tokens={} stream={} waited={}",
-               id, ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, d.reuse, prompt.dropped, gp.max_tokens,
-               r.stream, d.waited);
+  spdlog::info(
+      "admit accept req={} slot={} active={}/{} prompt={} cached={} dropped={} max_tokens={} stream={} waited={} "
+      "ttft_pred_ms={:.0f} ttft_unloaded_ms={:.0f}",
+      id, ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, d.reuse, prompt.dropped, gp.max_tokens, r.stream,
+      d.waited, 1000 * d.predicted_ttft, 1000 * d.unloaded_ttft);
 
   StreamSpec sp;
   sp.id = id;

@@ -33,7 +33,8 @@ struct LiveServer {
     double token_ms = 0;  // ... plus this per token in the step
     serve::ServerOptions server = [] {
       serve::ServerOptions s;
-      s.admission.max_slowdown = 0;  // the relative gate only where a test asks for it
+      s.admission.max_slowdown = 0;       // the relative gate only where a test asks for it
+      s.admission.max_ttft_slowdown = 0;  // and the first-token promise
       return s;
     }();
   };

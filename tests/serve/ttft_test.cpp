@@ -1,0 +1,113 @@
+// The first-token promise: the gate's prediction of time to first token,
+// the order prompts are served in, and refusals of what would start too late.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "serve/admission.h"
+#include "server_fixture.h"
+
+namespace edgelm {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using test::LiveServer;
+
+TEST(Ttft, PredictionCountsStepsAsTheEngineMakesThem) {
+  StepModel m{0.02, 0.002, 10};
+  EngineOptions eo;
+  // Idle: 100 tokens in steps of at most 64: (0.02 + 64 x 0.002) + (0.02 + 36 x 0.002).
+  EXPECT_NEAR(serve::predict_ttft(m, 0, 100, 0, 64, eo), 0.148 + 0.092, 1e-9);
+  // 36 tokens ahead of it: the same 136 tokens, 3 steps.
+  EXPECT_NEAR(serve::predict_ttft(m, 36, 100, 0, 64, eo), 2 * 0.148 + (0.02 + 8 * 0.002), 1e-9);
+  // Two streams decoding and a step cap of 0.04 s: (0.04 - 0.024) / 0.002 = 8
+  // prompt tokens a step, each step 0.02 + 10 x 0.002 = 0.04 s.
+  eo.max_step_seconds = 0.04;
+  EXPECT_NEAR(serve::predict_ttft(m, 0, 80, 2, 64, eo), 10 * 0.04, 1e-9);
+  // A cap the decoding streams already fill: at least min_prefill_chunk a step.
+  eo.max_step_seconds = 0.01;
+  EXPECT_NEAR(serve::predict_ttft(m, 0, 10, 2, 64, eo), 10 * (0.02 + 3 * 0.002), 1e-9);
+}
+
+struct Streamed {
+  int status = -1;
+  double predicted = -1;  // s, from the server's header
+  double ttft = -1;       // s, measured here: first SSE event
+};
+
+Streamed stream(const LiveServer& s, const std::string& prompt, int max_tokens) {
+  Streamed out;
+  httplib::Client c = s.client();
+  const json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true}, {"ignore_eos", true}};
+  const auto t0 = Clock::now();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.response_handler = [&](const httplib::Response& r) {
+    out.status = r.status;
+    if (r.has_header("X-Edgelm-Predicted-Ttft-Ms")) out.predicted = std::stod(r.get_header_value("X-Edgelm-Predicted-Ttft-Ms")) / 1000;
+    return true;
+  };
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    if (out.ttft < 0 && std::string_view(d, n).find("data: {") != std::string_view::npos)
+      out.ttft = std::chrono::duration<double>(Clock::now() - t0).count();
+    return true;
+  };
+  c.send(req);
+  return out;
+}
+
+// On an engine padded to a slow board's speed (steps of 20 ms + 2 ms a
+// token), requests arrive while long streams run: the prediction is within
+// 25% of the measured time to first token, every admitted request keeps its
+// promise (3x its unloaded time), and the rest are refused with "ttft".
+TEST(Ttft, PredictionHoldsAndAdmittedRequestsKeepThePromise) {
+  LiveServer::Options o;
+  o.slots = 4;
+  o.step_ms = 20;
+  o.token_ms = 2;
+  o.ctx = 512;
+  o.server.admission.min_stream_rate = 0;
+  o.server.admission.max_slowdown = 2;
+  o.server.admission.max_ttft_slowdown = 3;
+  LiveServer s(o);
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "lorem ipsum ";
+  // Unloaded: the first request on an idle server.
+  const Streamed alone = stream(s, prompt, 1);
+  ASSERT_EQ(alone.status, 200);
+  ASSERT_TRUE(s.wait_idle());
+  const double unloaded = alone.ttft;
+  EXPECT_NEAR(alone.predicted, alone.ttft, 0.25 * alone.ttft) << "unloaded";
+  std::vector<std::future<Streamed>> fs;
+  for (int i = 0; i < 8; ++i) {
+    fs.push_back(std::async(std::launch::async, [&] { return stream(s, prompt, 120); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  int admitted = 0, refused = 0;
+  for (auto& f : fs) {
+    const Streamed r = f.get();
+    if (r.status == 429) {
+      ++refused;
+      continue;
+    }
+    ASSERT_EQ(r.status, 200);
+    ++admitted;
+    EXPECT_NEAR(r.predicted, r.ttft, 0.25 * r.ttft) << "predicted " << r.predicted << " s, measured " << r.ttft << " s";
+    EXPECT_LE(r.ttft, 3 * unloaded) << "an admitted request broke its first-token promise";
+  }
+  EXPECT_GE(admitted, 2);
+  EXPECT_GE(refused, 1);
+  EXPECT_EQ(s.server->metrics().rejections[static_cast<size_t>(serve::Reason::Ttft)].load(),
+            static_cast<uint64_t>(refused) -
+                s.server->metrics().rejections[static_cast<size_t>(serve::Reason::Slots)].load() -
+                s.server->metrics().rejections[static_cast<size_t>(serve::Reason::Throughput)].load());
+  EXPECT_TRUE(s.wait_idle(20));
+}
+
+}  // namespace
+}  // namespace edgelm
