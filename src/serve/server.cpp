@@ -48,7 +48,19 @@ uint64_t server_buffer_bytes(const ServerOptions& o, int slots) {
   // Every serving worker may hold one request body, its parsed copy and a
   // response buffer; the refusing thread one more of each.
   const uint64_t per_conn = 3 * static_cast<uint64_t>(o.max_body_bytes) + 64 * 1024;
-  return static_cast<uint64_t>(http_threads_for(o, slots) + 1) * per_conn;
+  // And every slot one non-streamed answer (its text, logprobs and JSON),
+  // which the gate keeps within max_response_bytes.
+  return static_cast<uint64_t>(http_threads_for(o, slots) + 1) * per_conn +
+         static_cast<uint64_t>(slots) * o.max_response_bytes;
+}
+
+uint64_t non_streamed_answer_bytes(int max_tokens, int top_logprobs, size_t max_piece) {
+  // Text: the bytes, and up to 6 in JSON for each (\u00XX). Logprobs: per
+  // entry a struct and its JSON (escaped token, its byte list, the number).
+  const uint64_t p = max_piece;
+  const uint64_t text = 7 * p;
+  const uint64_t entries = top_logprobs >= 0 ? static_cast<uint64_t>(1 + top_logprobs) : 0;
+  return static_cast<uint64_t>(std::max(max_tokens, 0)) * (text + entries * (96 + 11 * p));
 }
 
 // ---------------------------------------------------------------------------
@@ -66,6 +78,7 @@ struct Server::Impl {
   int listen_fd = -1;
   std::optional<tokenizer::ChatTemplate> chat_template;
   std::string chat_template_error;
+  size_t max_piece = 0;  // the longest token piece of the vocabulary, in bytes
   std::thread monitor;
   std::atomic<bool> stopping{false};
   std::mutex stop_mu;
@@ -151,6 +164,19 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   gp.top_logprobs = r.top_logprobs;
   gp.ignore_eos = r.ignore_eos;
   if (Status st = gp.sampling.validate(); !st.ok()) return reply_error(res, invalid_request(st.message()));
+  // A non-streamed answer is held whole until it is sent: keep it within
+  // what the plan counts for it.
+  if (!r.stream) {
+    const uint64_t need = non_streamed_answer_bytes(gp.max_tokens, r.top_logprobs, max_piece);
+    if (need > o.max_response_bytes)
+      return reply_error(res, invalid_request(fmt::format("a non-streamed answer of {} tokens{} may take {} bytes, more than "
+                                                          "the {} the server plans for one; stream it (\"stream\": true) "
+                                                          "or ask for fewer tokens or top_logprobs",
+                                                          gp.max_tokens,
+                                                          r.top_logprobs >= 0 ? fmt::format(" with {} top_logprobs", r.top_logprobs) : "",
+                                                          need, o.max_response_bytes),
+                                              r.top_logprobs >= 0 ? "top_logprobs" : "max_tokens"));
+  }
 
   ClientWatch watch(req);
   SlotRef ref;
@@ -325,6 +351,8 @@ Server::Server(Engine& engine, const ServerOptions& o)
   auto tmpl = tokenizer::ChatTemplate::for_tokenizer(engine.tokenizer(), o.chat_template);
   if (tmpl.ok()) impl_->chat_template = std::move(tmpl).value();
   else impl_->chat_template_error = tmpl.message();
+  for (int32_t t = 0; t < engine.tokenizer().n_vocab(); ++t)
+    impl_->max_piece = std::max(impl_->max_piece, engine.tokenizer().token_piece_view(t).size());
   const int workers = http_threads_for(o, engine.n_slots());
   const int cap = o.max_connections > 0 ? o.max_connections : 4 * workers;
   impl_->http.new_task_queue = [this, workers, cap] {

@@ -41,11 +41,18 @@ struct ServerOptions {
   double memory_pressure_psi = 10.0;    // some avg10 (%) above which new work is refused
   double memory_pressure_fraction = 0.95;  // cgroup working set / limit above which new work is refused
   int heartbeat_ms = 500;               // keep-alive writes while a response has nothing to send
+  // The most a non-streamed answer may hold (text, logprobs, JSON); counted
+  // once per slot in the plan. Larger answers must be streamed.
+  uint64_t max_response_bytes = 8 << 20;
 };
 
 // The bytes of memory the HTTP side can hold at most (request bodies and
 // response buffers of every connection), for the memory plan.
 uint64_t server_buffer_bytes(const ServerOptions& o, int slots);
+// A bound on the bytes a non-streamed answer of `max_tokens` tokens holds,
+// with `top_logprobs` alternatives per token (-1: no logprobs), when no
+// token's piece is longer than `max_piece` bytes.
+uint64_t non_streamed_answer_bytes(int max_tokens, int top_logprobs, size_t max_piece);
 
 class Server {
  public:

@@ -492,3 +492,38 @@ TEST(Serve, ResidentMemoryFlatOverAThousandRequests) {
 
 }  // namespace
 }  // namespace edgelm
+
+namespace edgelm {
+namespace {
+
+// A non-streamed answer is held whole: one that could outgrow what the plan
+// counts for it is refused (streaming it is not), and the plan counts it.
+TEST(Serve, NonStreamedAnswersStayWithinThePlan) {
+  LiveServer::Options o;
+  o.server.max_response_bytes = 64 << 10;
+  LiveServer s(o);
+  auto c = s.client();
+  const std::string big = R"({"prompt":"a","max_tokens":200,"logprobs":20,"ignore_eos":true})";
+  auto r = c.Post("/v1/completions", big, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("stream it"), std::string::npos) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "top_logprobs");
+  r = c.Post("/v1/completions", R"({"prompt":"a","max_tokens":200,"logprobs":20,"ignore_eos":true,"stream":true})",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  r = c.Post("/v1/completions", R"({"prompt":"a","max_tokens":5,"logprobs":2,"ignore_eos":true})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  serve::ServerOptions so;
+  so.max_response_bytes = 1 << 20;
+  const uint64_t with = serve::server_buffer_bytes(so, 4);
+  so.max_response_bytes = 0;
+  EXPECT_EQ(with - serve::server_buffer_bytes(so, 4), 4u << 20);
+  EXPECT_GE(serve::non_streamed_answer_bytes(10, 2, 8), 10u * (7 * 8 + 3 * (96 + 11 * 8)));
+  EXPECT_TRUE(s.wait_idle());
+}
+
+}  // namespace
+}  // namespace edgelm

@@ -66,6 +66,9 @@ Streamed stream(const LiveServer& s, const std::string& prompt, int max_tokens) 
 // 25% of the measured time to first token, every admitted request keeps its
 // promise (3x its unloaded time), and the rest are refused with "ttft".
 TEST(Ttft, PredictionHoldsAndAdmittedRequestsKeepThePromise) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "timing: a sanitizer slows the engine's own work beside the padded steps; the plain build runs it";
+#endif
   LiveServer::Options o;
   o.slots = 4;
   o.step_ms = 20;
