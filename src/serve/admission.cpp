@@ -133,8 +133,13 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     const EngineOptions& eo = engine_.options();
     d.predicted_ttft = predict_ttft(st.step_model, ahead, compute, st.active, steps, eo);
     d.unloaded_ttft = predict_ttft(st.step_model, 0, compute, 0, steps, eo);
+    // The unloaded figure assumes an idle engine; a busy one finishes the
+    // step it is in before anything new starts, so one step at the current
+    // load is allowed on top.
+    const double step_now = st.step_model.predict(st.active + prefill_budget(st.step_model, st.active, steps, eo));
+    d.promised_ttft = o_.max_ttft_slowdown * d.unloaded_ttft + step_now;
     const double planned = o_.ttft_margin * d.predicted_ttft;
-    const bool too_slow = (o_.max_ttft_slowdown > 0 && planned > o_.max_ttft_slowdown * d.unloaded_ttft) ||
+    const bool too_slow = (o_.max_ttft_slowdown > 0 && planned > d.promised_ttft) ||
                           (o_.max_ttft_s > 0 && planned > o_.max_ttft_s);
     // An idle server starts a request as soon as it can: nothing would do better.
     if (too_slow && st.active > 0) {
@@ -144,6 +149,8 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
       r.retry_after_s = static_cast<int>(std::clamp(std::ceil(drain), 1.0, 3600.0));
       r.predicted_ttft = d.predicted_ttft;
       r.unloaded_ttft = d.unloaded_ttft;
+      r.promised_ttft = o_.max_ttft_slowdown > 0 ? d.promised_ttft : o_.max_ttft_s;
+      if (o_.max_ttft_s > 0) r.promised_ttft = std::min(r.promised_ttft, o_.max_ttft_s);
       return r;
     }
     *reserve = engine_.try_acquire(slot);

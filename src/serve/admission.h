@@ -45,8 +45,9 @@ struct AdmissionOptions {
   double queue_timeout_s = 10.0;
   // The first-token promise: a request is admitted only if its predicted
   // time to first token (waiting included) is at most max_ttft_slowdown x
-  // the predicted unloaded time of the prompt tokens it must compute (0:
-  // off) and at most max_ttft_s seconds (0: off). Checked with a margin
+  // the predicted unloaded time of the prompt tokens it must compute, plus
+  // one engine step at the current load (the step in progress cannot be cut
+  // short) (0: off), and at most max_ttft_s seconds (0: off). Checked with a margin
   // (ttft_margin x the prediction): the promise is a tail figure.
   double max_ttft_slowdown = 3.0;
   double max_ttft_s = 0;
@@ -62,6 +63,7 @@ struct Decision {
   int reuse = 0;              // prompt tokens the granted slot already holds
   double predicted_ttft = 0;  // seconds to the first token, waiting included
   double unloaded_ttft = 0;   // the same on an idle server
+  double promised_ttft = 0;   // the most the first-token promise allows it
   bool ok() const { return reason == Reason::None; }
 };
 

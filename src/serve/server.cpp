@@ -111,10 +111,7 @@ void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time
       break;
     case Reason::Ttft:
       e.message = fmt::format("the first token would come after {:.2f} s, more than the {:.2f} s promised; retry after {} s",
-                              d.predicted_ttft, adm.options().max_ttft_slowdown * d.unloaded_ttft, d.retry_after_s);
-      if (adm.options().max_ttft_s > 0 && adm.options().max_ttft_s < adm.options().max_ttft_slowdown * d.unloaded_ttft)
-        e.message = fmt::format("the first token would come after {:.2f} s, more than the {:.2f} s promised; retry after {} s",
-                                d.predicted_ttft, adm.options().max_ttft_s, d.retry_after_s);
+                              d.predicted_ttft, d.promised_ttft, d.retry_after_s);
       break;
     case Reason::MemoryPressure: e.message = "the system is under memory pressure; retry later"; break;
     case Reason::Draining: e.message = "the server is shutting down"; break;
@@ -132,7 +129,10 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   const auto t0 = Clock::now();
   const std::string id = random_id(chat ? "chatcmpl" : "cmpl");
   // Refuse at once what no work could admit, before parsing anything.
-  if (adm.draining() || adm.memory_pressure()) return refuse(res, adm.peek(), t0, id);
+  if (adm.draining() || adm.memory_pressure()) {
+    const Decision d = adm.peek();
+    if (!d.ok()) return refuse(res, d, t0, id);
+  }
 
   // Parse, render, tokenize and truncate before a slot is taken: the gate
   // decides on the prompt's real length, and a slow render holds no slot.

@@ -43,7 +43,7 @@ struct ServerOptions {
   int heartbeat_ms = 500;               // keep-alive writes while a response has nothing to send
   // The most a non-streamed answer may hold (text, logprobs, JSON); counted
   // once per slot in the plan. Larger answers must be streamed.
-  uint64_t max_response_bytes = 8 << 20;
+  uint64_t max_response_bytes = 2 << 20;
 };
 
 // The bytes of memory the HTTP side can hold at most (request bodies and

@@ -27,16 +27,9 @@ using test::LiveServer;
 // closes at once) or the server closes. Returns the status line's code and
 // everything read.
 std::pair<int, std::string> sse_post(int port, const std::string& body, int hang_up_after = 1 << 30) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int fd = test::connect_loopback(port);
   std::string got;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return {-1, ""};
-  }
+  if (fd < 0) return {-1, ""};
   const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                           "Content-Type: application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;

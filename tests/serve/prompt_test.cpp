@@ -2,8 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/synth.h"
-#include "testutil.h"
+#include "server_fixture.h"
 #include "tokenizer/tokenizer.h"
 
 namespace edgelm {
@@ -18,15 +17,7 @@ struct Fixture {
 };
 
 Fixture load() {
-  const std::string path = test::temp_path("prompt-tiny-llama-Q8_0.gguf");
-  if (!std::filesystem::exists(path)) {
-    SynthOptions so;
-    so.shape = "tiny-llama";
-    so.ftype = "Q8_0";
-    so.output = path;
-    EXPECT_TRUE(write_synthetic_model(so).ok());
-  }
-  auto f = gguf::File::open(path);
+  auto f = gguf::File::open(test::tiny_model_path());
   EXPECT_TRUE(f.ok()) << f.message();
   auto tok = tokenizer::Tokenizer::from_gguf(*f);
   EXPECT_TRUE(tok.ok()) << tok.message();

@@ -20,6 +20,33 @@
 
 namespace edgelm::test {
 
+// The tiny synthetic model the serve tests run (written once per test run).
+inline std::string tiny_model_path() {
+  const std::string path = temp_path("serve-tiny-llama-Q8_0.gguf");
+  if (!std::filesystem::exists(path)) {
+    SynthOptions so;
+    so.shape = "tiny-llama";
+    so.ftype = "Q8_0";
+    so.output = path;
+    EXPECT_TRUE(write_synthetic_model(so).ok());
+  }
+  return path;
+}
+
+// A TCP connection to 127.0.0.1:port, or -1.
+inline int connect_loopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 struct LiveServer {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<serve::Server> server;
@@ -40,15 +67,7 @@ struct LiveServer {
   };
 
   explicit LiveServer(Options o) {
-    const std::string path = temp_path("serve-tiny-llama-Q8_0.gguf");
-    if (!std::filesystem::exists(path)) {
-      SynthOptions so;
-      so.shape = "tiny-llama";
-      so.ftype = "Q8_0";
-      so.output = path;
-      EXPECT_TRUE(write_synthetic_model(so).ok());
-    }
-    auto m = Model::load(path);
+    auto m = Model::load(tiny_model_path());
     EXPECT_TRUE(m.ok());
     auto tok = tokenizer::Tokenizer::from_gguf((*m)->file);
     EXPECT_TRUE(tok.ok());
@@ -101,13 +120,9 @@ struct LiveServer {
 // Connects, sends raw bytes, reads for `ms` milliseconds, then closes.
 // Returns what was read.
 inline std::string send_and_hang_up(int port, const std::string& bytes, int ms) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int fd = connect_loopback(port);
   std::string got;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+  if (fd >= 0) {
     (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     timeval tv{0, 20000};
@@ -119,7 +134,7 @@ inline std::string send_and_hang_up(int port, const std::string& bytes, int ms) 
       if (n == 0) break;
     }
   }
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
   return got;
 }
 

@@ -64,7 +64,9 @@ Streamed stream(const LiveServer& s, const std::string& prompt, int max_tokens) 
 // On an engine padded to a slow board's speed (steps of 20 ms + 2 ms a
 // token), requests arrive while long streams run: the prediction is within
 // 25% of the measured time to first token, every admitted request keeps its
-// promise (3x its unloaded time), and the rest are refused with "ttft".
+// promise (3x its unloaded time, plus the step in progress when it came:
+// at most 0.85 x 2 x a lone stream's 22 ms here), and the rest are refused
+// with "ttft".
 TEST(Ttft, PredictionHoldsAndAdmittedRequestsKeepThePromise) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "timing: a sanitizer slows the engine's own work beside the padded steps; the plain build runs it";
@@ -101,7 +103,7 @@ TEST(Ttft, PredictionHoldsAndAdmittedRequestsKeepThePromise) {
     ASSERT_EQ(r.status, 200);
     ++admitted;
     EXPECT_NEAR(r.predicted, r.ttft, 0.25 * r.ttft) << "predicted " << r.predicted << " s, measured " << r.ttft << " s";
-    EXPECT_LE(r.ttft, 3 * unloaded) << "an admitted request broke its first-token promise";
+    EXPECT_LE(r.ttft, 3 * unloaded + 0.04) << "an admitted request broke its first-token promise";
   }
   EXPECT_GE(admitted, 2);
   EXPECT_GE(refused, 1);
