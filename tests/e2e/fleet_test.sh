@@ -87,8 +87,10 @@ trap 'exit 130' INT TERM
 # 2 slots and a wait queue of 2 per node: a node holds 4 requests (2 running,
 # 2 waiting) and refuses the fifth. Every engine step takes >= 20 ms, so a
 # stream of N tokens lasts >= N x 20 ms and the clients below overlap.
+# The first-token promise is off: this measures slots, the queue and nginx,
+# and a sanitizer build's step times would make it refuse at random.
 NODE_FLAGS=(-m "$WORK/tiny.gguf" --slots 2 --ctx 256 --queue 2 --threads 1 --memory-budget 256MiB
-            --debug-step-ms 20 --host 127.0.0.1 --port 0)
+            --debug-step-ms 20 --max-ttft-slowdown 0 --host 127.0.0.1 --port 0)
 "$EDGELM" serve "${NODE_FLAGS[@]}" --model-id fleet-a >"$WORK/node-a.log" 2>&1 &
 PID_A=$!
 "$EDGELM" serve "${NODE_FLAGS[@]}" --model-id fleet-b >"$WORK/node-b.log" 2>&1 &
