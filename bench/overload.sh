@@ -5,7 +5,9 @@
 # small margin, then 8 clients at 10 requests/s for 30 s (`edgelm load`).
 # Prints counts by status, p99 TTFT and TPOT of admitted requests, p99
 # latency of 429s, peak and steady RSS, the cgroup's OOM-kill count and an
-# unloaded single-stream TPOT measured first, then checks issue 6's criteria.
+# unloaded single-stream TPOT and TTFT measured first, then checks issue 6's
+# criteria and issue 11's (TTFT p99 within 3x unloaded, goodput at least half of
+# `edgelm bench --streams 4` on the same file).
 #
 # The same run can measure another server under the same memory limit:
 #   bench/overload.sh --server-cmd "llama-server -m MODEL -np 4 -c 8192 --port 18090" \
@@ -48,6 +50,9 @@ usage: bench/overload.sh [options]
                        as edgelm's is
   --other-pid PID      RSS of an already running other server
   --skip-edgelm        measure only the other server
+  --aggregate-tps T    goodput's yardstick, tokens/s (default: measured first with
+                       `edgelm bench --streams 4` on the same file)
+  --no-aggregate       do not measure it (no goodput criterion)
 EOF
 }
 
@@ -74,6 +79,8 @@ OTHER_NAME=other
 OTHER_PID=""
 OTHER_MODEL=""
 SKIP_EDGELM=0
+AGGREGATE=1
+AGGREGATE_TPS=""
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -83,6 +90,8 @@ while [[ $# -gt 0 ]]; do
     --slots) SLOTS=$2; shift 2 ;;
     --ctx) CTX=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --aggregate-tps) AGGREGATE_TPS=$2; shift 2 ;;
+    --no-aggregate) AGGREGATE=0; shift ;;
     --serve-arg) SERVE_ARGS+=("$2"); shift 2 ;;
     --min-stream-rate) SERVE_ARGS+=(--min-stream-rate "$2"); shift 2 ;;
     --clients) CLIENTS=$2; shift 2 ;;
@@ -137,6 +146,14 @@ mkdir -p "$OUT"
 log "output in $OUT"
 
 # ---- the memory plan and the cgroup limit -----------------------------------
+# Goodput's yardstick: edgelm bench's aggregate decode of 4 streams on the
+# same file and threads, before any server runs.
+if [[ $AGGREGATE -eq 1 && -z ${AGGREGATE_TPS:-} ]]; then
+  log "edgelm bench --streams 4 (the goodput yardstick; load average $(cut -d" " -f1-3 /proc/loadavg))"
+  AGGREGATE_TPS=$("$EDGELM" bench -m "$MODEL" --slots 4 --ctx "$CTX" -p "$PROMPT_TOKENS" -n "$MAX_TOKENS" --streams 4 -r 3 \
+    ${THREADS:+--threads "$THREADS"} --json 2>/dev/null | jq '.streams[] | select(.streams == 4) | .decode_tokens_per_s')
+  log "4-stream aggregate decode: ${AGGREGATE_TPS:-n/a} tokens/s"
+fi
 PLAN_JSON=$OUT/plan.json
 plan_rc=0
 "$EDGELM" plan -m "$MODEL" --slots "$SLOTS" --ctx "$CTX" --json >"$PLAN_JSON" || plan_rc=$?
@@ -307,6 +324,8 @@ measure() {
   local R=$pfx-load.json U=$pfx-unloaded.json
   local unloaded_tpot oom=n/a peak=null hits=n/a alive=n/a reserved=null
   unloaded_tpot=$(jq '.ok.tpot_ms.p50' "$U")
+  local unloaded_ttft
+  unloaded_ttft=$(jq '.ok.ttft_ms.p50' "$U")
   if [[ -n $cg ]]; then oom=$(cg_oom_kills "$cg"); peak=$(cg_peak "$cg"); hits=$(cg_limit_hits "$cg"); fi
   if [[ -n $pid ]]; then kill -0 "$pid" 2>/dev/null && alive=yes || alive=NO; fi
   # edgelm reports its own plan (with the HTTP buffers) on /metrics.
@@ -343,9 +362,10 @@ measure() {
     echo "plan: $(mib "$plan_ref")$([[ $reserved != null ]] && echo " (the server's, from /metrics)"); cgroup limit: $([[ -n $cg ]] && mib "$LIMIT" || echo none), peak charged $(mib "$peak"), times at the limit $hits, OOM kills: $oom; server alive after the run: $alive"
   } | tee "$pfx-summary.txt"
 
-  # Issue 6's criteria.
+  # Issue 6's criteria, and issue 11's (first token, goodput).
   local verdict
-  verdict=$(jq -r --arg u "$unloaded_tpot" --arg oom "$oom" --arg plan "$plan_ref" --arg alive "$alive" '
+  verdict=$(jq -r --arg u "$unloaded_tpot" --arg oom "$oom" --arg plan "$plan_ref" --arg alive "$alive" \
+    --arg ut "$unloaded_ttft" --arg agg "${AGGREGATE_TPS:-}" '
     def pass(c): if c then "PASS" else "FAIL" end;
     [ "\(pass((.requests.by_status | keys - ["200","429"] | length) == 0 and .requests.transport_errors.total == 0)) every reply 200 or 429, no transport errors",
       "\(if $oom == "n/a" then "n/a " else pass($oom == "0") end) zero OOM kills",
@@ -355,7 +375,11 @@ measure() {
          "\(pass(.rss.steady_bytes < ($plan | tonumber))) steady RSS below the plan"
        else "n/a  RSS not sampled" end),
       "\(pass(.status_429.latency_ms.p99 != null and .status_429.latency_ms.p99 < 20)) p99 latency of 429s under 20 ms",
-      "\(pass(.ok.tpot_ms.p99 != null and ($u | tonumber? // null) != null and .ok.tpot_ms.p99 <= 2 * ($u | tonumber))) p99 TPOT of admitted streams within 2x of the unloaded figure"
+      "\(pass(.ok.tpot_ms.p99 != null and ($u | tonumber? // null) != null and .ok.tpot_ms.p99 <= 2 * ($u | tonumber))) p99 TPOT of admitted streams within 2x of the unloaded figure",
+      "\(pass(.ok.ttft_ms.p99 != null and ($ut | tonumber? // null) != null and .ok.ttft_ms.p99 <= 3 * ($ut | tonumber))) p99 TTFT of admitted requests within 3x of the unloaded figure (\(.ok.ttft_ms.p99 // "n/a") vs \($ut) ms)",
+      (if ($agg | tonumber? // null) != null then
+         "\(pass(.throughput.tokens_per_s >= 0.5 * ($agg | tonumber))) goodput \(.throughput.tokens_per_s * 10 | round / 10) tokens/s of admitted requests, \(.throughput.tokens_per_s / ($agg | tonumber) * 100 | round)% of the 4-stream aggregate decode (\($agg) tokens/s, edgelm bench --streams 4)"
+       else "n/a  goodput: no 4-stream aggregate measured (--aggregate)" end)
     ] | .[]' "$R")
   echo "$verdict" | tee -a "$pfx-summary.txt"
   grep -q '^FAIL' <<<"$verdict" && FAILED=1

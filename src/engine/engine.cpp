@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/bytes.h"
 
@@ -94,16 +96,23 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
 
 Engine::~Engine() { stop(); }
 
-int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o) {
+double token_allowance(const StepModel& m, const EngineOptions& o) {
+  double cap = o.max_step_seconds > 0 ? o.max_step_seconds : std::numeric_limits<double>::infinity();
+  // Planned at 85% of the promise: steps scatter around the fitted line
+  // (measured p99 about 1.2x the fit under load), and the promise is a tail figure.
+  if (o.max_slowdown > 0 && m.predict(1) > 0) cap = std::min(cap, 0.85 * o.max_slowdown * m.predict(1));
+  return cap;
+}
+
+int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o, double slack) {
   int budget = std::max(step_tokens - n_decode, 0);
-  if (n_decode > 0 && (o.max_step_seconds > 0 || o.max_slowdown > 0)) {
-    double cap = o.max_step_seconds > 0 ? o.max_step_seconds : 1e9;
-    // Planned at 85% of the promise: steps scatter around the fitted line
-    // (measured p99 about 1.2x the fit under load), and the promise is a tail figure.
-    if (o.max_slowdown > 0 && m.predict(1) > 0) cap = std::min(cap, 0.85 * o.max_slowdown * m.predict(1));
-    const double room = cap - m.predict(n_decode);
-    const int fit = m.b > 0 ? static_cast<int>(room / m.b) : budget;
-    budget = std::min(budget, std::max(o.min_prefill_chunk, fit));
+  const double cap = token_allowance(m, o);
+  if (n_decode > 0 && std::isfinite(cap)) {
+    // The step may last its streams' allowance for one token, plus the time
+    // they have banked (slack).
+    const double room = cap + std::max(slack, 0.0) - m.predict(n_decode);
+    const double fit = m.b > 0 ? room / m.b : budget;
+    budget = std::min(budget, std::max(o.min_prefill_chunk, static_cast<int>(std::min<double>(fit, budget))));
   }
   return budget;
 }
@@ -205,6 +214,7 @@ Status Engine::submit(SlotRef ref, std::span<const int32_t> prompt, const Genera
   s.n_prompt_pub.store(s.n_prompt, std::memory_order_relaxed);
   s.max_tokens_pub.store(s.max_tokens, std::memory_order_relaxed);
   s.seq = submit_seq_.fetch_add(1);
+  s.seq_pub.store(s.seq, std::memory_order_relaxed);
   s.params = p;
   s.rng = Rng(p.sampling.seed);
   s.n_past.store(p.reuse, std::memory_order_relaxed);
@@ -336,6 +346,10 @@ int Engine::prefill_remaining(int slot) const {
   return std::max(0, s.n_prompt_pub.load(std::memory_order_relaxed) - s.n_past.load(std::memory_order_relaxed));
 }
 
+uint64_t Engine::submission(int slot) const {
+  return slots_[static_cast<size_t>(slot)].seq_pub.load(std::memory_order_relaxed);
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lk(stats_mu_);
   EngineStats s = stats_;
@@ -416,7 +430,27 @@ bool Engine::step_once() {
     std::lock_guard<std::mutex> lk(stats_mu_);
     m = stats_.step_model;
   }
-  int budget = prefill_budget(m, n_decode, plan_.step_tokens, opts_);
+  // The time the decoding streams have banked: each is promised an average
+  // of token_allowance per token over its life (its first DecodeHorizon
+  // tokens ahead are counted, so a stream that ends early by end-of-text
+  // has not lent out much); what it has not used, less what its remaining
+  // plain steps will take, can go to prefill now (one larger step rather
+  // than many small ones: the prompt's first token comes sooner at the same
+  // cost to the streams).
+  double slack = std::numeric_limits<double>::infinity();
+  const double allowance = token_allowance(m, opts_);
+  if (n_decode > 0 && std::isfinite(allowance)) {
+    const auto now = Clock::now();
+    for (int i : batch_slot_) {
+      const Slot& s = slots_[static_cast<size_t>(i)];
+      const int n = static_cast<int>(s.n_out.load());  // tokens so far, >= 1
+      const int horizon = std::min(s.max_tokens - 1, n - 1 + kDecodeHorizon);
+      const double elapsed = std::chrono::duration<double>(now - s.t_first).count();
+      slack = std::min(slack, allowance * horizon - elapsed - (horizon - (n - 1)) * m.predict(n_decode));
+    }
+  }
+  slack_.store(n_decode > 0 ? slack : std::numeric_limits<double>::infinity(), std::memory_order_relaxed);
+  int budget = prefill_budget(m, n_decode, plan_.step_tokens, opts_, std::isfinite(slack) ? slack : 0.0);
   // Prompts in the order they were submitted: an earlier request's prompt
   // is never held up by a later one in a lower slot.
   prefill_order_.clear();
@@ -469,6 +503,7 @@ bool Engine::step_once() {
       const std::span<TokenLogprob> top(lp + 1, static_cast<size_t>(s.params.top_logprobs));
       lp[0] = {tok, sampler_->logprobs(row, tok, top)};
     }
+    if (n_out == 0) s.t_first = Clock::now();
     {
       std::lock_guard<std::mutex> lk(s.mu);
       s.n_out.store(static_cast<uint32_t>(n_out + 1), std::memory_order_release);

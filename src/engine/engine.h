@@ -97,13 +97,22 @@ struct StepModel {
   double predict(int tokens) const { return a + b * tokens; }
 };
 
+// The time per token every decoding stream is promised on average:
+// max_step_seconds, and 0.85 x max_slowdown x a lone stream's step
+// (infinity when neither is set).
+double token_allowance(const StepModel& m, const EngineOptions& o);
+
 // Prompt tokens one step may take beside `n_decode` decoding streams: up to
 // the step's token capacity, and while streams decode, only as many as keep
-// the step within the promised time per token (max_step_seconds, and 0.85 x
-// max_slowdown x a lone stream's step), at least min_prefill_chunk. The
+// the step within one token's allowance plus `slack`, the time the streams
+// have banked against their average (at least min_prefill_chunk). The
 // engine schedules with it and admission predicts time to first token with
 // it, so the two cannot disagree.
-int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o);
+int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o, double slack = 0);
+
+// How many tokens ahead a stream's average is counted when its banked time
+// is lent to prefill.
+inline constexpr int kDecodeHorizon = 32;
 
 struct EngineStats {
   uint64_t steps = 0;
@@ -179,9 +188,14 @@ class Engine {
   int active_slots() const;
   // Tokens each active slot still has to produce (prefill counted), for Retry-After.
   int min_remaining_tokens() const;
+  // The least time any decoding stream has banked against its promised
+  // average, as of the last step (infinity when none decodes).
+  double decode_slack() const { return slack_.load(std::memory_order_relaxed); }
   // Prompt tokens a submitted slot still has to prefill (0 once decoding,
   // and for free or reserved slots).
   int prefill_remaining(int slot) const;
+  // Submission order of the slot's request (lower was submitted earlier).
+  uint64_t submission(int slot) const;
 
  private:
   struct Slot {
@@ -203,10 +217,12 @@ class Engine {
     int max_tokens = 0;
     std::atomic<int> n_prompt_pub{0}, max_tokens_pub{0};
     uint64_t seq = 0;  // submission order: prompts are prefilled first come, first served
+    std::atomic<uint64_t> seq_pub{0};  // the same, for admission
     // Tokens [0, cached) of `tokens` have their KV in the slot: set at
     // release from n_past (0 when the request asked not to keep it).
     std::atomic<int> cached{0};
     std::atomic<uint64_t> released_at{0};
+    std::chrono::steady_clock::time_point t_first;  // engine thread: when the first token was made
     // Tokens already in the KV cache: written by the engine, read (relaxed)
     // by admission for Retry-After.
     std::atomic<int> n_past{0};
@@ -236,6 +252,7 @@ class Engine {
   std::vector<int> prefill_order_;      // slots in submission order, capacity reserved once
   std::atomic<uint64_t> submit_seq_{0};
   std::atomic<uint64_t> release_seq_{0};
+  std::atomic<double> slack_{0};
 
   std::thread thread_;
   std::atomic<bool> running_{false};

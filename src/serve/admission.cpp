@@ -37,12 +37,48 @@ void keep_promise(const AdmissionOptions& o, EngineOptions& eo) {
   eo.max_slowdown = o.max_slowdown;
 }
 
-double predict_ttft(const StepModel& m, int ahead, int compute, int streams, int step_tokens, const EngineOptions& eo) {
-  const int per_step = prefill_budget(m, streams, step_tokens, eo);
-  if (per_step <= 0) return std::numeric_limits<double>::infinity();
-  const int total = std::max(ahead, 0) + std::max(compute, 1);
-  const int full = total / per_step, rest = total % per_step;
-  return full * m.predict(streams + per_step) + (rest > 0 ? m.predict(streams + rest) : 0.0);
+double predict_ttft(const StepModel& m, std::span<const int> ahead, int compute, int decoding, int step_tokens,
+                    const EngineOptions& eo, double slack) {
+  double t = 0;
+  int streams = decoding;
+  const double allowance = token_allowance(m, eo);
+  if (streams == 0) slack = std::numeric_limits<double>::infinity();
+  size_t next = 0;  // the prompt being prefilled: ahead[next], or ours once next == ahead.size()
+  auto remaining = [&](size_t i) { return i < ahead.size() ? std::max(ahead[i], 0) : std::max(compute, 1); };
+  int left = remaining(0);
+  // One engine step at a time, as step_once packs them: the prompts in
+  // order, as many tokens as the step's budget, and each prompt that ends
+  // decodes from the next step on. Bounded: a budget of one token a step
+  // over a full context is still far below the bound.
+  for (int n_steps = 0; n_steps < 1000000; ++n_steps) {
+    const int budget = prefill_budget(m, streams, step_tokens, eo, std::isfinite(slack) ? slack : 0.0);
+    if (budget <= 0) break;
+    int room = budget, taken = 0, finished = 0;
+    bool ours_done = false;
+    while (room > 0) {
+      const int take = std::min(room, left);
+      left -= take;
+      room -= take;
+      taken += take;
+      if (left > 0) continue;
+      if (next == ahead.size()) {
+        ours_done = true;
+        break;
+      }
+      ++finished;
+      left = remaining(++next);
+    }
+    const double step = m.predict(streams + taken);
+    t += step;
+    if (ours_done) return t;
+    // The decoding streams bank their allowance and pay for the step; a
+    // prompt that ends starts decoding with its first horizon's worth.
+    if (streams > 0 && std::isfinite(allowance)) slack += allowance - step;
+    streams += finished;
+    if (finished > 0 && std::isfinite(allowance))
+      slack = std::min(slack, kDecodeHorizon * (allowance - m.predict(streams)));
+  }
+  return std::numeric_limits<double>::infinity();
 }
 
 int retry_after_seconds(int min_remaining_tokens, double per_stream_rate) {
@@ -54,6 +90,8 @@ int retry_after_seconds(int min_remaining_tokens, double per_stream_rate) {
 Admission::Admission(Engine& engine, const AdmissionOptions& o)
     : engine_(engine), o_(o), reserved_compute_(static_cast<size_t>(engine.n_slots()), 0) {
   waiters_.reserve(static_cast<size_t>(std::max(o_.queue, 0)));
+  ahead_.reserve(static_cast<size_t>(engine.n_slots()));
+  ahead_tokens_.reserve(static_cast<size_t>(engine.n_slots()));
 }
 
 Decision Admission::refuse(Reason r) const {
@@ -125,18 +163,31 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     // The first-token promise, for the tokens this request must compute
     // behind the prompts admitted before it.
     const int compute = std::max(static_cast<int>(ask.prompt.size()) - reuse, 1);
-    int ahead = 0;
-    for (int i = 0; i < engine_.n_slots(); ++i)
-      ahead += engine_.state(i) == Engine::SlotState::Reserved ? reserved_compute_[static_cast<size_t>(i)]
-                                                               : engine_.prefill_remaining(i);
+    // The prompts ahead, in the order the engine serves them (submitted
+    // ones by submission, then the reserved ones), and the streams decoding.
+    ahead_.clear();
+    int decoding = 0, n_reserved = 0;
+    for (int i = 0; i < engine_.n_slots(); ++i) {
+      const auto state = engine_.state(i);
+      if (state == Engine::SlotState::Decode) ++decoding;
+      else if (state == Engine::SlotState::Reserved) ++n_reserved;
+      else if (const int r = engine_.prefill_remaining(i); r > 0) ahead_.push_back({engine_.submission(i), r});
+    }
+    std::sort(ahead_.begin(), ahead_.end());
+    ahead_tokens_.clear();
+    for (const auto& [seq, r] : ahead_) ahead_tokens_.push_back(r);
+    for (int i = 0; n_reserved > 0 && i < engine_.n_slots(); ++i)
+      if (engine_.state(i) == Engine::SlotState::Reserved) ahead_tokens_.push_back(reserved_compute_[static_cast<size_t>(i)]);
     const int steps = engine_.plan().step_tokens;
     const EngineOptions& eo = engine_.options();
-    d.predicted_ttft = predict_ttft(st.step_model, ahead, compute, st.active, steps, eo);
-    d.unloaded_ttft = predict_ttft(st.step_model, 0, compute, 0, steps, eo);
+    const double slack = engine_.decode_slack();
+    d.predicted_ttft = predict_ttft(st.step_model, ahead_tokens_, compute, decoding, steps, eo, slack);
+    d.unloaded_ttft = predict_ttft(st.step_model, {}, compute, 0, steps, eo, 0);
     // The unloaded figure assumes an idle engine; a busy one finishes the
     // step it is in before anything new starts, so one step at the current
     // load is allowed on top.
-    const double step_now = st.step_model.predict(st.active + prefill_budget(st.step_model, st.active, steps, eo));
+    const double step_now =
+        st.step_model.predict(decoding + prefill_budget(st.step_model, decoding, steps, eo, std::isfinite(slack) ? slack : 0.0));
     d.promised_ttft = o_.max_ttft_slowdown * d.unloaded_ttft + step_now;
     const double planned = o_.ttft_margin * d.predicted_ttft;
     const bool too_slow = (o_.max_ttft_slowdown > 0 && planned > d.promised_ttft) ||
@@ -145,7 +196,11 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     if (too_slow && st.active > 0) {
       Decision r = refuse(Reason::Ttft);
       // Until the prompts ahead are done, at the rate they are going.
-      const double drain = predict_ttft(st.step_model, 0, ahead, st.active, steps, eo);
+      const double drain =
+          ahead_tokens_.empty()
+              ? 0
+              : predict_ttft(st.step_model, std::span<const int>(ahead_tokens_).first(ahead_tokens_.size() - 1),
+                             ahead_tokens_.back(), decoding, steps, eo, slack);
       r.retry_after_s = static_cast<int>(std::clamp(std::ceil(drain), 1.0, 3600.0));
       r.predicted_ttft = d.predicted_ttft;
       r.unloaded_ttft = d.unloaded_ttft;

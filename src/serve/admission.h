@@ -92,12 +92,18 @@ double stream_rate_floor(const AdmissionOptions& o, const StepModel& m);
 void keep_promise(const AdmissionOptions& o, EngineOptions& eo);
 
 // Predicted seconds to the first token of a request that must prefill
-// `compute` tokens after `ahead` tokens admitted before it (prompts go first
-// come, first served), with `streams` streams decoding meanwhile; steps as
-// the engine makes them (prefill_budget) and timed by the step model. Every
-// held slot is counted as decoding throughout: a conservative figure.
+// `compute` tokens after the prompts admitted before it (`ahead`: the tokens
+// each still has to prefill, in the order the engine serves them: first
+// come, first served), with `decoding` streams decoding: step by step as
+// the engine packs them (prefill_budget), each prompt ahead decoding from
+// the step after its prefill ends, each step timed by the step model.
+// `slack`: the time the decoding streams have banked (Engine::decode_slack),
+// which lets a step take more prompt tokens; it grows by each step's
+// allowance and shrinks by the step's time, as in the engine.
+// Streams that end meanwhile are not counted out (a conservative figure).
 // Infinity when prefill could not advance.
-double predict_ttft(const StepModel& m, int ahead, int compute, int streams, int step_tokens, const EngineOptions& eo);
+double predict_ttft(const StepModel& m, std::span<const int> ahead, int compute, int decoding, int step_tokens,
+                    const EngineOptions& eo, double slack = 0);
 
 // Seconds until a slot is likely to free: the soonest-finishing stream's
 // remaining tokens at the measured per-stream rate, rounded up, at least 1.
@@ -153,6 +159,9 @@ class Admission {
   // Prompt tokens to compute of each reserved slot not yet submitted (the
   // engine counts them once they are); valid while the slot is Reserved.
   std::vector<int> reserved_compute_;
+  // Scratch of decide_locked (capacity n_slots, reserved once).
+  std::vector<std::pair<uint64_t, int>> ahead_;  // (submission order, tokens left)
+  std::vector<int> ahead_tokens_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> pressure_{false};
   std::atomic<int> queued_{0};

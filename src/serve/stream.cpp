@@ -144,7 +144,10 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
       }
       const bool failed = s->finished && !ended_normally(s->fin);
       if (sp.stream) {
-        if (!emit.empty() || !chunk_lps.empty()) {
+        // A chat's first chunk (role "assistant", as OpenAI sends it) goes out
+        // with the first token even when that token's text is still an
+        // incomplete character: the client sees the answer start on time.
+        if (!emit.empty() || !chunk_lps.empty() || (sp.chat && first_chunk && s->seen > 0 && !failed)) {
           const auto* lps = chunk_lps.empty() ? nullptr : &chunk_lps;
           const std::string j = sp.chat ? chat_chunk_json(sp.id, sp.created, sp.model, emit, first_chunk, "", lps)
                                         : completion_chunk_json(sp.id, sp.created, sp.model, emit, "", lps, s->sent_bytes);

@@ -18,17 +18,20 @@ using test::LiveServer;
 TEST(Ttft, PredictionCountsStepsAsTheEngineMakesThem) {
   StepModel m{0.02, 0.002, 10};
   EngineOptions eo;
+  const std::vector<int> none;
   // Idle: 100 tokens in steps of at most 64: (0.02 + 64 x 0.002) + (0.02 + 36 x 0.002).
-  EXPECT_NEAR(serve::predict_ttft(m, 0, 100, 0, 64, eo), 0.148 + 0.092, 1e-9);
-  // 36 tokens ahead of it: the same 136 tokens, 3 steps.
-  EXPECT_NEAR(serve::predict_ttft(m, 36, 100, 0, 64, eo), 2 * 0.148 + (0.02 + 8 * 0.002), 1e-9);
+  EXPECT_NEAR(serve::predict_ttft(m, none, 100, 0, 64, eo), 0.148 + 0.092, 1e-9);
+  // 36 tokens ahead: step 1 ends their prompt and takes 28 of ours; from
+  // step 2 that request decodes beside ours (63 prompt tokens + 1), then 9 + 1.
+  const std::vector<int> ahead = {36};
+  EXPECT_NEAR(serve::predict_ttft(m, ahead, 100, 0, 64, eo), 0.148 + 0.148 + (0.02 + 10 * 0.002), 1e-9);
   // Two streams decoding and a step cap of 0.04 s: (0.04 - 0.024) / 0.002 = 8
   // prompt tokens a step, each step 0.02 + 10 x 0.002 = 0.04 s.
   eo.max_step_seconds = 0.04;
-  EXPECT_NEAR(serve::predict_ttft(m, 0, 80, 2, 64, eo), 10 * 0.04, 1e-9);
+  EXPECT_NEAR(serve::predict_ttft(m, none, 80, 2, 64, eo), 10 * 0.04, 1e-9);
   // A cap the decoding streams already fill: at least min_prefill_chunk a step.
   eo.max_step_seconds = 0.01;
-  EXPECT_NEAR(serve::predict_ttft(m, 0, 10, 2, 64, eo), 10 * (0.02 + 3 * 0.002), 1e-9);
+  EXPECT_NEAR(serve::predict_ttft(m, none, 10, 2, 64, eo), 10 * (0.02 + 3 * 0.002), 1e-9);
 }
 
 struct Streamed {
@@ -40,11 +43,14 @@ struct Streamed {
 Streamed stream(const LiveServer& s, const std::string& prompt, int max_tokens) {
   Streamed out;
   httplib::Client c = s.client();
-  const json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true}, {"ignore_eos", true}};
+  const json body = {{"messages", {{{"role", "user"}, {"content", prompt}}}},
+                     {"max_tokens", max_tokens},
+                     {"stream", true},
+                     {"ignore_eos", true}};
   const auto t0 = Clock::now();
   httplib::Request req;
   req.method = "POST";
-  req.path = "/v1/completions";
+  req.path = "/v1/chat/completions";
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   req.response_handler = [&](const httplib::Response& r) {
