@@ -126,7 +126,7 @@ void Engine::calibrate() {
   // Two warm-up steps on slot 0 (its cache is overwritten by the first real
   // prefill): they page the weights in and seed the step-time model with a
   // 1-token and a many-token point before any request is measured.
-  const int big = std::min({16, plan_.step_tokens, plan_.ctx});
+  const int big = std::min({64, plan_.step_tokens, plan_.ctx - 1});
   for (int n : {1, big}) {
     batch_.clear();
     for (int i = 0; i < n; ++i) batch_.push_back({tok_.bos() >= 0 ? tok_.bos() : 0, i, 0, i == n - 1});
