@@ -288,6 +288,8 @@ Result<Value> filter_round(const Value& input, Args& args) {
 }
 
 Result<Value> filter_map(Interpreter& in, const Value& input, Args& args) {
+  // jinja2 maps nothing over a false value (None, an empty list).
+  if (!input.truthy()) return generator({});
   EDGELM_ASSIGN(auto items, in.iterate(input));
   std::vector<Value> out;
   const Value* attribute = nullptr;
@@ -320,6 +322,8 @@ Result<Value> filter_map(Interpreter& in, const Value& input, Args& args) {
 
 // select/reject (by_attr false) and selectattr/rejectattr (true).
 Result<Value> filter_select(Interpreter& in, const Value& input, Args& args, bool by_attr, bool keep_if) {
+  // jinja2 selects nothing from a false value (None, an empty list).
+  if (!input.truthy()) return generator({});
   EDGELM_ASSIGN(auto items, in.iterate(input));
   size_t p = 0;
   Value attribute;
@@ -802,8 +806,9 @@ namespace {
 
 Value bound(const Value& self, const std::string& name,
             std::function<Result<Value>(Interpreter&, const Value&, Args&)> fn) {
-  return Value::function(std::string(type_name(self)) + "." + name,
-                         [self, fn = std::move(fn)](Interpreter& in, Args& a) { return fn(in, self, a); });
+  return Value::function(
+      std::string(type_name(self)) + "." + name,
+      [self, fn = std::move(fn)](Interpreter& in, Args& a) { return fn(in, self, a); }, self.depth() + 1);
 }
 
 Value unsafe(const Value& self, const std::string& name) {
@@ -1109,6 +1114,10 @@ void add_globals(Scope& g) {
   g.vars["namespace"] = Value::function("namespace", [dict_like](Interpreter& in, Args& a) -> Result<Value> {
     Value ns = Value::namespace_();
     in.track_namespace(ns);
+    for (const auto& v : a.pos)
+      if (v.depth() > kMaxValueDepth) return make_error("value nested deeper than {}", kMaxValueDepth);
+    for (const auto& [k, v] : a.kw)
+      if (v.depth() > kMaxValueDepth) return make_error("value nested deeper than {}", kMaxValueDepth);
     // A namespace's data is mutable: fill it through its own handle.
     if (a.pos.size() > 1) return make_error("expected at most 1 argument, got {}", a.pos.size());
     if (!a.pos.empty()) {

@@ -211,6 +211,7 @@ Status Interpreter::assign(const Target& t, const Value& v, const ScopePtr& scop
     const Value* ns = scope->lookup(t.names[0]);
     if (!ns || !ns->is_namespace())
       return make_error("line {}: cannot assign attribute on non-namespace object", line);
+    if (v.depth() > kMaxValueDepth) return make_error("line {}: value nested deeper than {}", line, kMaxValueDepth);
     ns->namespace_data().set(Value::string(t.attr), v);
     return {};
   }

@@ -87,6 +87,21 @@ class Parser {
     explicit DepthGuard(int& x) : d(++x) {}
     ~DepthGuard() { --d; }
   };
+  // A loop that builds a left-deep chain (a + b + c, x.y.z, x|f|g) deepens
+  // the tree without recursing: each link counts as one level of nesting, so
+  // no tree is deeper than kMaxParseDepth (its destructor recurses).
+  struct ChainGuard {
+    int& d;
+    int n = 0;
+    explicit ChainGuard(int& x) : d(x) {}
+    ~ChainGuard() { d -= n; }
+    Status link(int line) {
+      ++d;
+      ++n;
+      if (d > kMaxParseDepth) return make_error("line {}: expression nested too deeply", line);
+      return {};
+    }
+  };
 
   // ---- statements --------------------------------------------------------
 
@@ -365,7 +380,9 @@ class Parser {
     if (!with_condexpr) return parse_or();
     const size_t mark = unknown_.size();
     EDGELM_ASSIGN(ExprPtr e, parse_or());
+    ChainGuard chain(depth_);
     while (skip_name("if")) {
+      EDGELM_TRY(chain.link(cur().line));
       auto c = std::make_unique<Expr>();
       c->kind = Expr::Kind::kCond;
       c->line = e->line;
@@ -395,7 +412,9 @@ class Parser {
 
   Result<ExprPtr> parse_or() {
     EDGELM_ASSIGN(ExprPtr l, parse_and());
+    ChainGuard chain(depth_);
     while (skip_name("or")) {
+      EDGELM_TRY(chain.link(cur().line));
       EDGELM_ASSIGN(ExprPtr r, parse_and());
       l = binary("or", std::move(l), std::move(r));
     }
@@ -404,7 +423,9 @@ class Parser {
 
   Result<ExprPtr> parse_and() {
     EDGELM_ASSIGN(ExprPtr l, parse_not());
+    ChainGuard chain(depth_);
     while (skip_name("and")) {
+      EDGELM_TRY(chain.link(cur().line));
       EDGELM_ASSIGN(ExprPtr r, parse_not());
       l = binary("and", std::move(l), std::move(r));
     }
@@ -462,7 +483,9 @@ class Parser {
 
   Result<ExprPtr> parse_math1() {
     EDGELM_ASSIGN(ExprPtr l, parse_concat());
+    ChainGuard chain(depth_);
     while (is_op("+") || is_op("-")) {
+      EDGELM_TRY(chain.link(cur().line));
       std::string op = cur().text;
       next();
       EDGELM_ASSIGN(ExprPtr r, parse_concat());
@@ -473,7 +496,9 @@ class Parser {
 
   Result<ExprPtr> parse_concat() {
     EDGELM_ASSIGN(ExprPtr l, parse_math2());
+    ChainGuard chain(depth_);
     while (skip_op("~")) {
+      EDGELM_TRY(chain.link(cur().line));
       EDGELM_ASSIGN(ExprPtr r, parse_math2());
       l = binary("~", std::move(l), std::move(r));
     }
@@ -482,7 +507,9 @@ class Parser {
 
   Result<ExprPtr> parse_math2() {
     EDGELM_ASSIGN(ExprPtr l, parse_pow());
+    ChainGuard chain(depth_);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      EDGELM_TRY(chain.link(cur().line));
       std::string op = cur().text;
       next();
       EDGELM_ASSIGN(ExprPtr r, parse_pow());
@@ -493,7 +520,9 @@ class Parser {
 
   Result<ExprPtr> parse_pow() {
     EDGELM_ASSIGN(ExprPtr l, parse_unary(true));
+    ChainGuard chain(depth_);
     while (skip_op("**")) {
+      EDGELM_TRY(chain.link(cur().line));
       EDGELM_ASSIGN(ExprPtr r, parse_unary(true));
       l = binary("**", std::move(l), std::move(r));
     }
@@ -597,7 +626,9 @@ class Parser {
   }
 
   Result<ExprPtr> parse_postfix(ExprPtr node) {
+    ChainGuard chain(depth_);
     while (true) {
+      EDGELM_TRY(chain.link(cur().line));
       if (is_op(".")) {
         next();
         const Token tok = cur();
@@ -708,7 +739,9 @@ class Parser {
   }
 
   Result<ExprPtr> parse_filter_expr(ExprPtr node) {
+    ChainGuard chain(depth_);
     while (true) {
+      EDGELM_TRY(chain.link(cur().line));
       if (is_op("|")) {
         next();
         EDGELM_ASSIGN(node, parse_one_filter(std::move(node)));
@@ -737,7 +770,9 @@ class Parser {
   // name(args) | name2 ... applied to `input` (filter blocks, set blocks).
   Result<ExprPtr> parse_filter_chain(ExprPtr input) {
     EDGELM_ASSIGN(ExprPtr node, parse_one_filter(std::move(input)));
+    ChainGuard chain(depth_);
     while (skip_op("|")) {
+      EDGELM_TRY(chain.link(cur().line));
       EDGELM_ASSIGN(node, parse_one_filter(std::move(node)));
     }
     return node;

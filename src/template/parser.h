@@ -12,7 +12,7 @@
 namespace edgelm::jinja {
 
 // Nesting of expressions and blocks a template may have.
-inline constexpr int kMaxParseDepth = 200;
+inline constexpr int kMaxParseDepth = 256;
 
 Result<Body> parse(const std::vector<Token>& tokens);
 

@@ -1,5 +1,6 @@
 #include "template/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -81,23 +82,29 @@ Value Value::list(std::vector<Value> items, Seq seq) {
   v.seq_ = seq;
   v.list_ = std::make_shared<ListData>();
   v.list_->items = std::move(items);
+  uint32_t d = 0;
+  for (const auto& x : v.list_->items) d = std::max(d, x.depth_);
+  v.depth_ = d + 1;
   return v;
 }
 Value Value::dict() {
   Value v;
   v.kind_ = Kind::kDict;
   v.dict_ = std::make_shared<DictData>();
+  v.depth_ = 1;
   return v;
 }
 Value Value::namespace_() {
   Value v;
   v.kind_ = Kind::kNamespace;
   v.dict_ = std::make_shared<DictData>();
+  v.depth_ = 1;
   return v;
 }
-Value Value::function(std::string name, NativeFn fn) {
+Value Value::function(std::string name, NativeFn fn, uint32_t depth) {
   Value v;
   v.kind_ = Kind::kCallable;
+  v.depth_ = depth;
   v.fn_ = std::make_shared<Callable>(Callable{std::move(name), std::move(fn)});
   return v;
 }
@@ -111,14 +118,16 @@ const void* Value::identity() const {
   return nullptr;
 }
 
-void Value::set(std::string_view key, Value v) {
-  if (dict_) dict_->set(Value::string(std::string(key)), std::move(v));
-}
+void Value::set(std::string_view key, Value v) { set_item(Value::string(std::string(key)), std::move(v)); }
 void Value::set_item(Value key, Value v) {
-  if (dict_) dict_->set(std::move(key), std::move(v));
+  if (!dict_) return;
+  if (kind_ == Kind::kDict) depth_ = std::max(depth_, std::max(key.depth_, v.depth_) + 1);
+  dict_->set(std::move(key), std::move(v));
 }
 void Value::push_back(Value v) {
-  if (list_) list_->items.push_back(std::move(v));
+  if (!list_) return;
+  depth_ = std::max(depth_, v.depth_ + 1);
+  list_->items.push_back(std::move(v));
 }
 const Value* Value::get(std::string_view key) const {
   return kind_ == Kind::kDict ? dict_->find(key) : nullptr;

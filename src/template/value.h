@@ -65,7 +65,8 @@ class Value {
   static Value tuple(std::vector<Value> items) { return list(std::move(items), Seq::kTuple); }
   static Value dict();
   static Value namespace_();
-  static Value function(std::string name, NativeFn fn);
+  // `depth`: the nesting of what the function holds (a bound method's object).
+  static Value function(std::string name, NativeFn fn, uint32_t depth = 0);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -82,6 +83,11 @@ class Value {
   bool is_callable() const { return kind_ == Kind::kCallable; }
   Seq seq() const { return seq_; }
   bool is_markup() const { return markup_; }
+  // Nesting of lists and dicts (0 for a scalar; a namespace counts 1, its
+  // contents are cleared when the render ends). Bounded where a template
+  // could grow it without limit (namespace attributes): destroying a deep
+  // chain recurses.
+  uint32_t depth() const { return depth_; }
 
   bool as_bool() const { return b_; }
   int64_t as_int() const { return i_; }  // ints and bools
@@ -112,6 +118,7 @@ class Value {
   Seq seq_ = Seq::kList;
   bool markup_ = false;  // a markupsafe.Markup string (from |safe): `+` escapes the other side
   bool b_ = false;
+  uint32_t depth_ = 0;
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;
@@ -119,6 +126,9 @@ class Value {
   std::shared_ptr<DictData> dict_;
   std::shared_ptr<Callable> fn_;
 };
+
+// The deepest list/dict nesting a namespace attribute may hold.
+inline constexpr uint32_t kMaxValueDepth = 512;
 
 // Python's str() of a value (what {{ x }} prints), and repr(). They stop
 // at `max_depth` levels of nesting (a template can build a cycle through a

@@ -138,6 +138,22 @@ TEST(Template, Bounds) {
   EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.a = ns %}{{ ns }}").rfind("RENDER ERROR", 0), 0u);
   std::string deep(1000, '(');
   EXPECT_EQ(render("{{ " + deep + " }}").rfind("PARSE ERROR", 0), 0u);
+  // Long left-deep chains are bounded too (their trees would be destroyed recursively).
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 100000; ++i) chain += " + 1";
+  EXPECT_EQ(render(chain + " }}").rfind("PARSE ERROR", 0), 0u);
+  std::string attrs = "{{ x";
+  for (int i = 0; i < 100000; ++i) attrs += ".a";
+  EXPECT_EQ(render(attrs + " }}").rfind("PARSE ERROR", 0), 0u);
+  // A value grown through a namespace, one level per iteration.
+  EXPECT_EQ(render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}")
+                .rfind("RENDER ERROR", 0),
+            0u);
+  EXPECT_EQ(render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x.copy] %}{% endfor %}")
+                .rfind("RENDER ERROR", 0),
+            0u);
+  EXPECT_EQ(render("{% for i in range(100001) %}{% endfor %}"),
+            "RENDER ERROR: line 1: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
 }
 
 TEST(Json, RoundTrip) {
