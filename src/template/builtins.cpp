@@ -106,6 +106,9 @@ Result<std::vector<Value>> sorted(Interpreter& in, std::vector<Value> items, boo
   std::optional<Error> err;
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
     if (err) return false;
+    // With an attribute jinja2 sorts by a list of keys: equal keys (even
+    // two Undefined) are never compared with <.
+    if (attribute && !attribute->is_none() && equals(x.first, y.first)) return false;
     auto r = reverse ? less_than(y.first, x.first) : less_than(x.first, y.first);
     if (!r.ok()) {
       err = r.error();
@@ -217,7 +220,10 @@ Result<Value> filter_indent(const Value& input, Args& args) {
   else return make_error("indent: width must be an int or a str");
   const bool first = r.get_or(1, Value::boolean(false)).truthy();
   const bool blank = r.get_or(2, Value::boolean(false)).truthy();
-  EDGELM_ASSIGN(std::string s, printable_str(input));
+  // jinja2 appends "\n" to the value itself: only a str works.
+  if (input.is_undefined()) return make_error("{}", input.str().empty() ? "value is undefined" : input.str());
+  if (!input.is_string()) return make_error("unsupported operand type(s) for +=: '{}' and 'str'", type_name(input));
+  std::string s = input.str();
   s += "\n";
   const auto lines = pystr::splitlines(s);
   std::string rv;
@@ -243,6 +249,7 @@ Result<Value> filter_int(const Value& input, Args& args) {
   EDGELM_TRY(r.check());
   const Value dflt = r.get_or(0, Value::integer(0));
   EDGELM_ASSIGN(int64_t base, need_int(r.get_or(1, Value::integer(10)), "base"));
+  if (input.is_undefined()) return make_error("{}", input.str().empty() ? "value is undefined" : input.str());
   if (input.is_int() || input.is_bool()) return Value::integer(input.as_int());
   if (input.is_float()) {
     const double d = input.as_double();
@@ -263,6 +270,7 @@ Result<Value> filter_float(const Value& input, Args& args) {
   ArgReader r("float", args, {"default"});
   EDGELM_TRY(r.check());
   const Value dflt = r.get_or(0, Value::real(0.0));
+  if (input.is_undefined()) return make_error("{}", input.str().empty() ? "value is undefined" : input.str());
   if (input.is_number()) return Value::real(input.as_double());
   if (input.is_string())
     if (auto d = py_float_from_string(input.str())) return Value::real(*d);
@@ -394,7 +402,7 @@ Result<bool> less_than(const Value& a, const Value& b) {
     return a.as_int() < b.as_int();
   }
   if (a.is_string() && b.is_string()) return a.str() < b.str();
-  if (a.is_list() && b.is_list() && a.seq() == b.seq() && a.seq() != Value::Seq::kGenerator) {
+  if (a.indexable() && b.indexable() && a.seq() == b.seq()) {
     const auto &x = a.items(), &y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (equals(x[i], y[i])) continue;
@@ -409,9 +417,16 @@ Result<Value> percent_format(Interpreter& in, const Value& fmt_v, const Value& a
   const std::string& f = fmt_v.str();
   std::vector<Value> pos;
   const Value* mapping = nullptr;
-  if (args_v.is_list() && args_v.seq() == Value::Seq::kTuple) pos = args_v.items();
-  else if (args_v.is_dict()) mapping = &args_v;
-  else pos.push_back(args_v);
+  // A tuple spreads; anything else is one argument. A dict is also the
+  // mapping for %(name)s, and (as any object with __getitem__ but a str)
+  // makes unconverted arguments no error.
+  if (args_v.is_list() && args_v.seq() == Value::Seq::kTuple) {
+    pos = args_v.items();
+  } else {
+    pos.push_back(args_v);
+    if (args_v.is_dict()) mapping = &args_v;
+  }
+  const bool lenient = args_v.is_dict() || (args_v.is_list() && args_v.seq() == Value::Seq::kList);
   size_t next = 0;
   std::string out;
   for (size_t i = 0; i < f.size(); ++i) {
@@ -473,7 +488,7 @@ Result<Value> percent_format(Interpreter& in, const Value& fmt_v, const Value& a
     out += piece;
     EDGELM_TRY(in.check_size(out.size()));
   }
-  if (!mapping && next < pos.size()) return make_error("not all arguments converted during string formatting");
+  if (!lenient && next < pos.size()) return make_error("not all arguments converted during string formatting");
   return Value::string(std::move(out));
 }
 
@@ -485,7 +500,7 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
       case Value::Kind::kUndefined: return Value::integer(0);
       case Value::Kind::kString: return Value::integer(static_cast<int64_t>(pystr::length(input.str())));
       case Value::Kind::kList:
-        if (input.seq() == Value::Seq::kGenerator) break;
+        if (input.seq() == Value::Seq::kGenerator) break;  // views have a len()
         return Value::integer(static_cast<int64_t>(input.items().size()));
       case Value::Kind::kDict: return Value::integer(static_cast<int64_t>(input.dict_data().items.size()));
       default: break;
@@ -729,13 +744,24 @@ Result<bool> apply_test(Interpreter& in, const std::string& n, const Value& v, A
   if (n == "false") return v.is_bool() && !v.as_bool();
   if (n == "mapping") return v.is_dict();
   if (n == "iterable") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
-  if (n == "sequence") return v.is_string() || v.is_dict() || (v.is_list() && v.seq() != Value::Seq::kGenerator);
-  if (n == "callable") return v.is_callable();
+  // Undefined has __len__, __getitem__ (via __getattr__) and __call__.
+  if (n == "sequence")
+    return v.is_undefined() || v.is_string() || v.is_dict() || v.indexable();
+  if (n == "callable") return v.is_callable() || v.is_undefined();
   if (n == "escaped") return v.is_markup();
-  if (n == "lower") return v.is_string() && pystr::lower(v.str()) == v.str() && pystr::upper(v.str()) != v.str();
-  if (n == "upper") return v.is_string() && pystr::upper(v.str()) == v.str() && pystr::lower(v.str()) != v.str();
+  if (n == "lower" || n == "upper") {  // str(value).islower() / isupper()
+    const std::string s = to_str(v);
+    const std::string lo = pystr::lower(s), up = pystr::upper(s);
+    return n == "lower" ? (lo == s && up != s) : (up == s && lo != s);
+  }
   if (n == "odd" || n == "even") {
-    if (!v.is_int() && !v.is_bool()) return make_error("test '{}' needs an integer, not {}", n, type_name(v));
+    // value % 2 == 1 (or 0), with Python's modulo.
+    if (v.is_float()) {
+      double m = std::fmod(v.as_double(), 2.0);
+      if (m < 0) m += 2.0;
+      return m == (n == "odd" ? 1.0 : 0.0);
+    }
+    if (!v.is_int() && !v.is_bool()) return make_error("test '{}' needs a number, not {}", n, type_name(v));
     return (v.as_int() % 2 != 0) == (n == "odd");
   }
   if (n == "divisibleby") {
@@ -1012,13 +1038,13 @@ std::optional<Value> dict_method(const Value& self, const std::string& n) {
     return bound(self, n, [](Interpreter&, const Value& d, Args&) -> Result<Value> {
       std::vector<Value> out;
       for (const auto& [k, v] : d.dict_data().items) out.push_back(Value::tuple({k, v}));
-      return Value::list(std::move(out));
+      return Value::list(std::move(out), Value::Seq::kItemsView);
     });
   if (n == "keys" || n == "values")
     return bound(self, n, [n](Interpreter&, const Value& d, Args&) -> Result<Value> {
       std::vector<Value> out;
       for (const auto& [k, v] : d.dict_data().items) out.push_back(n == "keys" ? k : v);
-      return Value::list(std::move(out));
+      return Value::list(std::move(out), n == "keys" ? Value::Seq::kKeysView : Value::Seq::kValuesView);
     });
   if (n == "get")
     return bound(self, n, [](Interpreter&, const Value& d, Args& a) -> Result<Value> {
@@ -1064,7 +1090,7 @@ std::optional<Value> list_method(const Value& self, const std::string& n) {
 std::optional<Value> method(const Value& obj, const std::string& name) {
   if (obj.is_string()) return str_method(obj, name);
   if (obj.is_dict()) return dict_method(obj, name);
-  if (obj.is_list() && obj.seq() != Value::Seq::kGenerator) return list_method(obj, name);
+  if (obj.indexable()) return list_method(obj, name);
   return std::nullopt;
 }
 

@@ -156,8 +156,10 @@ Result<Interpreter::Flow> Interpreter::exec_node(const Node& n, const ScopePtr& 
       return Flow::kNormal;
     case Node::Kind::kOutput: {
       EDGELM_ASSIGN(Value v, eval(*n.expr, scope));
+      // Python prints these with a memory address: nothing to match.
       if (v.is_list() && v.seq() == Value::Seq::kGenerator)
         return make_error("line {}: printing a generator (add |list)", n.line);
+      if (v.is_callable()) return make_error("line {}: printing a function (call it?)", n.line);
       if (!append_str(out, v)) return make_error("line {}: value nested too deeply to print", n.line);
       EDGELM_TRY(check_size(out.size()));
       return Flow::kNormal;
@@ -368,7 +370,7 @@ Result<Value> Interpreter::get_item(const Value& obj, const Value& key) {
       if (const Value* v = obj.dict_data().find(key)) return *v;
       break;
     case Value::Kind::kList:
-      if ((key.is_int() || key.is_bool()) && obj.seq() != Value::Seq::kGenerator) {
+      if ((key.is_int() || key.is_bool()) && obj.indexable()) {
         if (auto i = py_index(key.as_int(), obj.items().size())) return obj.items()[*i];
         return Value::undefined("list index out of range");
       }
@@ -465,7 +467,6 @@ Result<Value> Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
         if (e.args[static_cast<size_t>(i) + 1]) {
           EDGELM_ASSIGN(parts[i], eval(*e.args[static_cast<size_t>(i) + 1], scope));
         }
-      if (obj.is_undefined()) return make_error("{}", undefined_message(obj));
       if (obj.is_string()) {
         const auto off = pystr::offsets(obj.str());
         EDGELM_ASSIGN(auto pos, slice_positions(off.size() - 1, parts[0], parts[1], parts[2]));
@@ -473,14 +474,15 @@ Result<Value> Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
         for (size_t p : pos) s.append(obj.str(), off[p], off[p + 1] - off[p]);
         return Value::string(std::move(s));
       }
-      if (obj.is_list() && obj.seq() != Value::Seq::kGenerator) {
+      if (obj.indexable()) {
         EDGELM_ASSIGN(auto pos, slice_positions(obj.items().size(), parts[0], parts[1], parts[2]));
         std::vector<Value> out;
         out.reserve(pos.size());
         for (size_t p : pos) out.push_back(obj.items()[p]);
         return Value::list(std::move(out), obj.seq());
       }
-      return Value::undefined(fmt::format("'{}' object is not subscriptable", type_name(obj)));
+      // Slices are plain Python subscripts in jinja2 (no getitem fallback).
+      return make_error("'{}' object is not subscriptable", type_name(obj));
     }
     case Expr::Kind::kCall: return eval_call(e, scope);
     case Expr::Kind::kFilter: {
@@ -569,6 +571,8 @@ Result<bool> Interpreter::compare(const std::string& op, const Value& a, const V
         return make_error("'in <string>' requires string as left operand, not {}", type_name(a));
       found = b.str().find(a.str()) != std::string::npos;
     } else if (b.is_dict()) {
+      if (a.is_dict() || (a.is_list() && a.seq() != Value::Seq::kTuple))
+        return make_error("unhashable type: '{}'", type_name(a));
       found = b.dict_data().find(a) != nullptr;
     } else if (b.is_list() || b.is_undefined()) {
       if (b.is_list())
@@ -663,7 +667,7 @@ Result<Value> Interpreter::binary(const std::string& op, const Value& a, const V
       }
       return Value::string(a.str() + b.str());
     }
-    if (a.is_list() && b.is_list() && a.seq() == b.seq() && a.seq() != Value::Seq::kGenerator) {
+    if (a.indexable() && b.indexable() && a.seq() == b.seq()) {
       EDGELM_TRY(check_size(a.items().size() + b.items().size()));
       std::vector<Value> items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
@@ -675,7 +679,7 @@ Result<Value> Interpreter::binary(const std::string& op, const Value& a, const V
   if (op == "*") {
     const Value* seq = (a.is_string() || a.is_list()) ? &a : &b;
     const Value* n = seq == &a ? &b : &a;
-    if ((seq->is_string() || (seq->is_list() && seq->seq() != Value::Seq::kGenerator)) && (n->is_int() || n->is_bool())) {
+    if ((seq->is_string() || seq->indexable()) && (n->is_int() || n->is_bool())) {
       const int64_t times = std::max<int64_t>(0, n->as_int());
       const size_t unit = seq->is_string() ? seq->str().size() : seq->items().size();
       if (unit > 0 && static_cast<uint64_t>(times) > opt_.max_output_bytes / unit)

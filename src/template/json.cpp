@@ -269,7 +269,7 @@ class JsonWriter {
       case Value::Kind::kFloat: out += float_json(v.as_double()); return {};
       case Value::Kind::kString: append_json_string(out, v.str(), o_.ensure_ascii); return {};
       case Value::Kind::kList: {
-        if (v.seq() == Value::Seq::kGenerator) break;
+        if (!v.indexable()) break;
         const auto& items = v.items();
         if (items.empty()) {
           out += "[]";

@@ -238,37 +238,108 @@ std::string replace(std::string_view s, std::string_view old, std::string_view r
 }
 
 namespace {
-bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-char up(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 32) : c; }
-char low(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+
+// Simple case mapping of the scripts chat text is mostly written in: ASCII,
+// Latin-1, Latin Extended-A, Greek, Cyrillic, Armenian, fullwidth Latin.
+// Returns cp itself when it has no mapping. (Python's full mapping also has
+// one-to-many cases such as German sharp s, handled by the callers.)
+uint32_t to_upper_cp(uint32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
+  if (c == 0xFF) return 0x178;
+  if (c == 0xB5) return 0x39C;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x131) return 'I';
+    if (c == 0x17F) return 'S';
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 0) ? c - 1 : c;
+    if (c == 0x130 || c == 0x138 || c == 0x149) return c;
+    return (c % 2 == 1) ? c - 1 : c;
+  }
+  if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
+  if (c == 0x3C2) return 0x3A3;
+  if (c == 0x3AC) return 0x386;
+  if (c >= 0x3AD && c <= 0x3AF) return c - 37;
+  if (c == 0x3CC) return 0x38C;
+  if (c == 0x3CD || c == 0x3CE) return c - 63;
+  if (c >= 0x430 && c <= 0x44F) return c - 32;
+  if (c >= 0x450 && c <= 0x45F) return c - 80;
+  if ((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) || (c >= 0x4D0 && c <= 0x4FF))
+    return (c % 2 == 1) ? c - 1 : c;
+  if (c >= 0x561 && c <= 0x586) return c - 48;
+  if (c >= 0xFF41 && c <= 0xFF5A) return c - 32;
+  return c;
+}
+
+uint32_t to_lower_cp(uint32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x130) return 'i';  // Python gives i + U+0307; rare enough
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c % 2 == 1) ? c + 1 : c;
+    if (c == 0x131 || c == 0x138 || c == 0x149 || c == 0x17F) return c;
+    return (c % 2 == 0) ? c + 1 : c;
+  }
+  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
+  if (c == 0x386) return 0x3AC;
+  if (c >= 0x388 && c <= 0x38A) return c + 37;
+  if (c == 0x38C) return 0x3CC;
+  if (c == 0x38E || c == 0x38F) return c + 63;
+  if (c >= 0x410 && c <= 0x42F) return c + 32;
+  if (c >= 0x400 && c <= 0x40F) return c + 80;
+  if ((c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) || (c >= 0x4D0 && c <= 0x4FF))
+    return (c % 2 == 0) ? c + 1 : c;
+  if (c >= 0x531 && c <= 0x556) return c + 48;
+  if (c >= 0xFF21 && c <= 0xFF3A) return c + 32;
+  return c;
+}
+
+// Appends the upper (or lower) case of the code point at s[i]; returns its byte length.
+size_t map_case(std::string& out, std::string_view s, size_t i, bool upper) {
+  const size_t n = cp_size(s, i);
+  if (n == 1 && static_cast<unsigned char>(s[i]) >= 0x80) {
+    out.push_back(s[i]);  // a stray byte stays
+    return 1;
+  }
+  const uint32_t cp = decode_at(s, i);
+  if (upper && cp == 0xDF) {
+    out += "SS";
+    return n;
+  }
+  append_utf8(out, upper ? to_upper_cp(cp) : to_lower_cp(cp));
+  return n;
+}
+
+bool is_cased(std::string_view s, size_t i) {
+  const uint32_t cp = decode_at(s, i);
+  return to_upper_cp(cp) != cp || to_lower_cp(cp) != cp || cp == 0xDF;
+}
+
+std::string map_all(std::string_view s, bool upper) {
+  std::string o;
+  o.reserve(s.size());
+  for (size_t i = 0; i < s.size();) i += map_case(o, s, i, upper);
+  return o;
+}
+
 }  // namespace
 
-std::string upper(std::string_view s) {
-  std::string o(s);
-  for (char& c : o) c = up(c);
-  return o;
-}
-std::string lower(std::string_view s) {
-  std::string o(s);
-  for (char& c : o) c = low(c);
-  return o;
-}
+std::string upper(std::string_view s) { return map_all(s, true); }
+std::string lower(std::string_view s) { return map_all(s, false); }
 std::string capitalize(std::string_view s) {
-  std::string o = lower(s);
-  if (!o.empty()) o[0] = up(o[0]);
+  std::string o;
+  for (size_t i = 0; i < s.size();) i += map_case(o, s, i, i == 0);
   return o;
 }
 std::string title(std::string_view s) {
-  std::string o(s);
+  std::string o;
   bool prev_cased = false;
-  for (char& c : o) {
-    if (is_alpha(c)) {
-      c = prev_cased ? low(c) : up(c);
-      prev_cased = true;
-    } else {
-      // Non-ASCII bytes are treated as uncased (a simplification).
-      prev_cased = false;
-    }
+  for (size_t i = 0; i < s.size();) {
+    const bool cased = is_cased(s, i);
+    i += map_case(o, s, i, cased && !prev_cased);
+    prev_cased = cased;
   }
   return o;
 }

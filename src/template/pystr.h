@@ -1,6 +1,7 @@
 // Python's str semantics on UTF-8 bytes: lengths and indices count code
 // points, whitespace is str.isspace()'s (ASCII and the Unicode spaces), case
-// mapping covers ASCII only (non-ASCII letters are left as they are).
+// mapping covers Latin, Greek, Cyrillic and Armenian (other scripts are left
+// as they are; Greek final sigma is not special-cased).
 // Invalid UTF-8 counts one code point per stray byte.
 #pragma once
 

@@ -210,7 +210,15 @@ std::string_view type_name(const Value& v) {
     case Value::Kind::kFloat: return "float";
     case Value::Kind::kString: return "str";
     case Value::Kind::kList:
-      return v.seq() == Value::Seq::kTuple ? "tuple" : v.seq() == Value::Seq::kGenerator ? "generator" : "list";
+      switch (v.seq()) {
+        case Value::Seq::kList: return "list";
+        case Value::Seq::kTuple: return "tuple";
+        case Value::Seq::kGenerator: return "generator";
+        case Value::Seq::kItemsView: return "dict_items";
+        case Value::Seq::kKeysView: return "dict_keys";
+        case Value::Seq::kValuesView: return "dict_values";
+      }
+      return "list";
     case Value::Kind::kDict: return "dict";
     case Value::Kind::kNamespace: return "Namespace";
     case Value::Kind::kCallable: return "function";
@@ -223,7 +231,9 @@ namespace {
 bool append_py(std::string& out, const Value& v, bool repr, int depth) {
   if (depth <= 0) return false;
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return true;  // str(Undefined) is ""
+    case Value::Kind::kUndefined:  // str() is "", repr() its class name
+      if (repr) out += "Undefined";
+      return true;
     case Value::Kind::kNone: out += "None"; return true;
     case Value::Kind::kBool: out += v.as_bool() ? "True" : "False"; return true;
     case Value::Kind::kInt: out += std::to_string(v.as_int()); return true;
@@ -238,6 +248,10 @@ bool append_py(std::string& out, const Value& v, bool repr, int depth) {
         return true;
       }
       const bool tuple = v.seq() == Value::Seq::kTuple;
+      if (v.is_view()) {
+        out += type_name(v);
+        out += '(';
+      }
       out += tuple ? '(' : '[';
       const auto& items = v.items();
       for (size_t i = 0; i < items.size(); ++i) {
@@ -246,6 +260,7 @@ bool append_py(std::string& out, const Value& v, bool repr, int depth) {
       }
       if (tuple && items.size() == 1) out += ',';
       out += tuple ? ')' : ']';
+      if (v.is_view()) out += ')';
       return true;
     }
     case Value::Kind::kDict:
@@ -298,7 +313,7 @@ bool equals(const Value& a, const Value& b, int max_depth) {
     case Value::Kind::kList: {
       // A list never equals a tuple in Python.
       if ((a.seq() == Value::Seq::kTuple) != (b.seq() == Value::Seq::kTuple)) return false;
-      if (a.seq() == Value::Seq::kGenerator || b.seq() == Value::Seq::kGenerator) return a.identity() == b.identity();
+      if (!a.indexable() || !b.indexable()) return a.identity() == b.identity();
       const auto &x = a.items(), &y = b.items();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i)

@@ -34,9 +34,10 @@ using NativeFn = std::function<Result<Value>(Interpreter&, Args&)>;
 class Value {
  public:
   enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable };
-  // What a list-kind value is in Python: list, tuple, or a generator (the
-  // result of select/map/...: iterable once, no len(), always true).
-  enum class Seq : uint8_t { kList, kTuple, kGenerator };
+  // What a list-kind value is in Python: list, tuple, a generator (the
+  // result of select/map/...: no len(), always true), or a dict view
+  // (dict.items()/keys()/values(): len() but no indexing).
+  enum class Seq : uint8_t { kList, kTuple, kGenerator, kItemsView, kKeysView, kValuesView };
 
   struct ListData {
     std::vector<Value> items;
@@ -82,6 +83,9 @@ class Value {
   bool is_mapping() const { return kind_ == Kind::kDict; }
   bool is_callable() const { return kind_ == Kind::kCallable; }
   Seq seq() const { return seq_; }
+  // A list or tuple: indexing, slicing, + and *.
+  bool indexable() const { return kind_ == Kind::kList && (seq_ == Seq::kList || seq_ == Seq::kTuple); }
+  bool is_view() const { return kind_ == Kind::kList && seq_ >= Seq::kItemsView; }
   bool is_markup() const { return markup_; }
   // Nesting of lists and dicts (0 for a scalar; a namespace counts 1, its
   // contents are cleared when the render ends). Bounded where a template

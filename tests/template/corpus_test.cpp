@@ -70,7 +70,9 @@ TEST(Corpus, MatchesJinja2) {
   const fs::path dir = templates_dir();
   const fs::path here = fs::path(EDGELM_SOURCE_DIR) / "tests" / "template";
   const fs::path oracle = here / "jinja_oracle.py";
-  const fs::path convs_path = here / "conversations.json";
+  // EDGELM_TEMPLATE_CONVERSATIONS: another conversations file (same format).
+  const char* convs_env = std::getenv("EDGELM_TEMPLATE_CONVERSATIONS");
+  const fs::path convs_path = convs_env ? fs::path(convs_env) : here / "conversations.json";
   std::vector<fs::path> files;
   if (fs::is_directory(dir))
     for (const auto& e : fs::directory_iterator(dir))
