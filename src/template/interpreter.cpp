@@ -38,28 +38,31 @@ Result<std::vector<size_t>> slice_positions(size_t n, const Value& start, const 
   EDGELM_ASSIGN(int64_t st, num(step, 1));
   if (st == 0) return make_error("slice step cannot be zero");
   const auto len = static_cast<int64_t>(n);
-  auto clamp = [&](int64_t v, bool is_start) {
+  auto clamp = [&](int64_t v) {
     if (v < 0) v += len;
-    if (st > 0) return std::clamp<int64_t>(v, 0, len);
-    (void)is_start;
-    return std::clamp<int64_t>(v, -1, len - 1);
+    return st > 0 ? std::clamp<int64_t>(v, 0, len) : std::clamp<int64_t>(v, -1, len - 1);
   };
   int64_t b, e;
-  if (start.is_none() || start.is_undefined()) b = st > 0 ? 0 : len - 1;
-  else {
+  if (start.is_none() || start.is_undefined()) {
+    b = st > 0 ? 0 : len - 1;
+  } else {
     EDGELM_ASSIGN(int64_t x, num(start, 0));
-    b = clamp(x, true);
+    b = clamp(x);
   }
-  if (stop.is_none() || stop.is_undefined()) e = st > 0 ? len : -1;
-  else {
+  if (stop.is_none() || stop.is_undefined()) {
+    e = st > 0 ? len : -1;
+  } else {
     EDGELM_ASSIGN(int64_t x, num(stop, 0));
-    e = clamp(x, false);
+    e = clamp(x);
   }
+  // Counted, so a huge step cannot overflow.
+  const uint64_t stride = st > 0 ? static_cast<uint64_t>(st) : 0 - static_cast<uint64_t>(st);
+  const uint64_t span = st > 0 ? (b < e ? static_cast<uint64_t>(e - b) : 0) : (b > e ? static_cast<uint64_t>(b - e) : 0);
+  const uint64_t count = span == 0 ? 0 : (span - 1) / stride + 1;
   std::vector<size_t> pos;
-  if (st > 0)
-    for (int64_t i = b; i < e; i += st) pos.push_back(static_cast<size_t>(i));
-  else
-    for (int64_t i = b; i > e; i += st) pos.push_back(static_cast<size_t>(i));
+  pos.reserve(count);
+  for (uint64_t k = 0; k < count; ++k)
+    pos.push_back(st > 0 ? static_cast<size_t>(b) + k * stride : static_cast<size_t>(b) - k * stride);
   return pos;
 }
 
