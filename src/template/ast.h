@@ -90,6 +90,10 @@ struct Node {
   Body else_body;
   std::string name;
   std::vector<MacroParam> params;
+  // A macro whose body reads `varargs` / `kwargs` takes extra positional /
+  // keyword arguments into them (as jinja2 decides, from the names used).
+  bool catch_varargs = false;
+  bool catch_kwargs = false;
 };
 
 }  // namespace edgelm::jinja

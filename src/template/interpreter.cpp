@@ -303,21 +303,33 @@ Result<Value> Interpreter::call_macro(const Node& m, const std::weak_ptr<Scope>&
   if (!parent) return make_error("macro '{}' called after its scope ended", m.name);
   auto scope = std::make_shared<Scope>();
   scope->parent = parent;
-  if (args.pos.size() > m.params.size())
+  if (args.pos.size() > m.params.size() && !m.catch_varargs)
     return make_error("macro '{}' takes not more than {} argument(s)", m.name, m.params.size());
   std::vector<bool> given(m.params.size(), false);
+  std::vector<Value> extra_pos;
   for (size_t i = 0; i < args.pos.size(); ++i) {
+    if (i >= m.params.size()) {
+      extra_pos.push_back(args.pos[i]);
+      continue;
+    }
     scope->vars[m.params[i].name] = args.pos[i];
     given[i] = true;
   }
+  if (m.catch_varargs) scope->vars["varargs"] = Value::tuple(std::move(extra_pos));
+  Value extra_kw = Value::dict();
   for (auto& [k, v] : args.kw) {
     size_t i = 0;
     while (i < m.params.size() && m.params[i].name != k) ++i;
+    if (i == m.params.size() && m.catch_kwargs) {
+      extra_kw.set(k, v);
+      continue;
+    }
     if (i == m.params.size()) return make_error("macro '{}' takes no keyword argument '{}'", m.name, k);
     if (given[i]) return make_error("macro '{}' got multiple values for argument '{}'", m.name, k);
     scope->vars[k] = v;
     given[i] = true;
   }
+  if (m.catch_kwargs) scope->vars["kwargs"] = extra_kw;
   for (size_t i = 0; i < m.params.size(); ++i) {
     if (given[i]) continue;
     if (m.params[i].default_value) {

@@ -17,6 +17,30 @@ bool one_of(const std::string& s, std::initializer_list<const char*> names) {
   return false;
 }
 
+bool expr_reads(const Expr* e, const std::string& name) {
+  if (!e) return false;
+  if (e->kind == Expr::Kind::kName && e->name == name) return true;
+  for (const auto& a : e->args)
+    if (expr_reads(a.get(), name)) return true;
+  for (const auto& kw : e->kwargs)
+    if (expr_reads(kw.second.get(), name)) return true;
+  return false;
+}
+
+bool body_reads(const Body& body, const std::string& name) {
+  for (const auto& n : body) {
+    if (expr_reads(n->expr.get(), name) || expr_reads(n->filter.get(), name)) return true;
+    for (const auto& c : n->conds)
+      if (expr_reads(c.get(), name)) return true;
+    for (const auto& b : n->bodies)
+      if (body_reads(b, name)) return true;
+    for (const auto& p : n->params)
+      if (expr_reads(p.default_value.get(), name)) return true;
+    if (body_reads(n->body, name) || body_reads(n->else_body, name)) return true;
+  }
+  return false;
+}
+
 class Parser {
  public:
   explicit Parser(const std::vector<Token>& t) : t_(t) {}
@@ -315,6 +339,8 @@ class Parser {
     const int loops = loops_;
     loops_ = 0;
     EDGELM_ASSIGN(n->body, parse_body({"endmacro"}, &end));
+    n->catch_varargs = body_reads(n->body, "varargs");
+    n->catch_kwargs = body_reads(n->body, "kwargs");
     loops_ = loops;
     soft_ = was_soft;
     EDGELM_TRY(expect_block_end());

@@ -75,6 +75,8 @@ TEST(Template, Scoping) {
 TEST(Template, Macros) {
   EXPECT_EQ(render("{% macro m(a, b=2) %}{{ a }}-{{ b }}{% endmacro %}{{ m(1) }}|{{ m(1, b=3) }}|{{ m() }}"),
             "1-2|1-3|-2");
+  EXPECT_EQ(render("{% macro m(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, 3, b=4) }}|{{ m() }}"),
+            "1(2, 3){'b': 4}|(){}");
   EXPECT_EQ(render("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}"),
             "RENDER ERROR: line 1: macro 'm' takes not more than 1 argument(s)");
 }
