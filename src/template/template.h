@@ -19,7 +19,8 @@
 //   statements  if/elif/else, for (loop.index/index0/revindex/revindex0/first/
 //               last/length/previtem/nextitem/cycle, else, `for x in xs if c`,
 //               unpacking), set (name, tuple, ns.attr, block set with filters),
-//               macro (defaults, keyword args), filter blocks, break/continue,
+//               macro (defaults, keyword args, varargs/kwargs), filter blocks,
+//               break/continue,
 //               generation; whitespace control {%- -%} {{- -}} {#- -#} and +.
 //   expressions literals (str with Python escapes, int, float, bool, none,
 //               list, tuple, dict), . and [] access, slices with steps,
@@ -47,7 +48,9 @@
 // wordcount, wordwrap, xmlattr.
 //
 // Strings are UTF-8; lengths, indices and slices count code points as Python
-// does. Case mapping (upper, lower, title) covers ASCII letters only.
+// does. Case mapping (upper, lower, title) covers Latin, Greek, Cyrillic and
+// Armenian. Printing a generator or a function is an error (Python prints a
+// memory address). Integers are 64-bit (overflow is an error).
 // Renders are bounded (RenderOptions): output size, nesting depth, steps.
 #pragma once
 

@@ -4,6 +4,8 @@ Python's jinja2, set up as Hugging Face transformers sets it up for chat
 templates, once per test conversation.
 
     jinja_oracle.py TEMPLATE_FILE CONVERSATIONS_JSON
+    jinja_oracle.py --cases CASES_JSON
+
 
 CONVERSATIONS_JSON is a list of {"name": ..., "context": {...}}; each context
 holds the template's variables (messages, tools, add_generation_prompt,
@@ -11,6 +13,9 @@ bos_token, ...). Prints a JSON list, one entry per conversation:
     {"name": ..., "ok": true, "output": "..."}
     {"name": ..., "ok": false, "kind": "parse"|"raise"|"error", "error": "..."}
 ("raise" is raise_exception(msg), whose message edgelm must reproduce.)
+With --cases, CASES_JSON is {"contexts": [...], "templates": ["...", ...]}
+(contexts as above, templates as text) and the output is one such list per
+template.
 Exits with status 3 when jinja2 is not installed.
 """
 import datetime
@@ -69,30 +74,37 @@ def environment():
     return env
 
 
-def main():
-    if len(sys.argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    with open(sys.argv[1], encoding="utf-8") as f:
-        source = f.read()
-    with open(sys.argv[2], encoding="utf-8") as f:
-        conversations = json.load(f)
+def render_all(source, conversations):
     results = []
     try:
         template = environment().from_string(source)
     except Exception as e:  # noqa: BLE001 - any compile failure is the answer
-        for c in conversations:
-            results.append({"name": c["name"], "ok": False, "kind": "parse", "error": f"{type(e).__name__}: {e}"})
-        template = None
-    if template is not None:
-        for c in conversations:
-            try:
-                results.append({"name": c["name"], "ok": True, "output": template.render(**c["context"])})
-            except RaisedByTemplate as e:
-                results.append({"name": c["name"], "ok": False, "kind": "raise", "error": str(e)})
-            except Exception as e:  # noqa: BLE001
-                results.append({"name": c["name"], "ok": False, "kind": "error", "error": f"{type(e).__name__}: {e}"})
-    json.dump(results, sys.stdout, ensure_ascii=False)
+        return [{"name": c["name"], "ok": False, "kind": "parse", "error": f"{type(e).__name__}: {e}"}
+                for c in conversations]
+    for c in conversations:
+        try:
+            results.append({"name": c["name"], "ok": True, "output": template.render(**c["context"])})
+        except RaisedByTemplate as e:
+            results.append({"name": c["name"], "ok": False, "kind": "raise", "error": str(e)})
+        except Exception as e:  # noqa: BLE001
+            results.append({"name": c["name"], "ok": False, "kind": "error", "error": f"{type(e).__name__}: {e}"})
+    return results
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--cases":
+        with open(sys.argv[2], encoding="utf-8") as f:
+            cases = json.load(f)
+        out = [render_all(t, cases["contexts"]) for t in cases["templates"]]
+    elif len(sys.argv) == 3:
+        with open(sys.argv[1], encoding="utf-8", newline="") as f:
+            source = f.read()
+        with open(sys.argv[2], encoding="utf-8") as f:
+            out = render_all(source, json.load(f))
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    json.dump(out, sys.stdout, ensure_ascii=False)
     return 0
 
 
