@@ -1,6 +1,7 @@
 #include "template/lexer.h"
 
 #include <array>
+#include <optional>
 
 #include "template/pystr.h"
 
@@ -36,30 +37,15 @@ class Lexer {
       }
       const char kind = s_[k + 1];
       const char mod = k + 2 < s_.size() && (s_[k + 2] == '-' || s_[k + 2] == '+') ? s_[k + 2] : 0;
-      std::string text = s_.substr(pos, k - pos);
-      if (mod == '-') {
-        text = pystr::strip(text, std::nullopt, false, true);
-      } else if (mod != '+' && kind != '{') {
-        // lstrip_blocks: drop spaces between the line start and the tag.
-        const size_t nl = text.rfind('\n');
-        const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
-        const bool line_starting = pos == 0 || s_[pos - 1] == '\n';
-        if ((l_pos > 0 || line_starting) && l_pos < text.size()) {
-          bool all_space = true;
-          for (size_t i = l_pos; i < text.size();) {
-            const size_t n = pystr::space_at(text, i);
-            if (n == 0) {
-              all_space = false;
-              break;
-            }
-            i += n;
-          }
-          if (all_space) text.resize(l_pos);
-        }
-      }
-      emit_text(pos, text);
+      emit_text(pos, strip_before_tag(pos, k, mod, kind != '{'));
       line_at(k);
       size_t p = k + 2 + (mod ? 1 : 0);
+      if (kind == '%') {
+        if (auto after = raw_block(p)) {
+          EDGELM_ASSIGN(pos, *after);
+          continue;
+        }
+      }
       if (kind == '#') {
         const size_t e = s_.find("#}", p);
         if (e == std::string::npos) return make_error("line {}: missing end of comment tag", line_);
@@ -76,6 +62,58 @@ class Lexer {
   }
 
  private:
+  // The text s_[pos, k) before a tag, with the tag's whitespace control
+  // applied: `-` strips all trailing whitespace; else, for block and comment
+  // tags, lstrip_blocks drops the spaces between the line start and the tag.
+  std::string strip_before_tag(size_t pos, size_t k, char mod, bool block) const {
+    std::string text = s_.substr(pos, k - pos);
+    if (mod == '-') return pystr::strip(text, std::nullopt, false, true);
+    if (mod == '+' || !block) return text;
+    const size_t nl = text.rfind('\n');
+    const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
+    const bool line_starting = pos == 0 || s_[pos - 1] == '\n';
+    if ((l_pos > 0 || line_starting) && l_pos < text.size()) {
+      for (size_t i = l_pos; i < text.size();) {
+        const size_t n = pystr::space_at(text, i);
+        if (n == 0) return text;
+        i += n;
+      }
+      text.resize(l_pos);
+    }
+    return text;
+  }
+
+  // Skips Python whitespace from p.
+  size_t skip_space(size_t p) const {
+    while (size_t n = pystr::space_at(s_, p)) p += n;
+    return p;
+  }
+
+  // If `raw -%}` or `raw %}` follows p (just after `{%` and its modifier):
+  // emits the text up to `{% endraw %}` as it is and returns the offset after
+  // that tag. nullopt when this is not a raw block.
+  std::optional<Result<size_t>> raw_block(size_t p) {
+    size_t q = skip_space(p);
+    if (s_.compare(q, 3, "raw") != 0) return std::nullopt;
+    q = skip_space(q + 3);
+    if (s_.compare(q, 3, "-%}") == 0) q = skip_space(q + 3);  // no trim_blocks after raw
+    else if (s_.compare(q, 2, "%}") == 0) q += 2;
+    else return std::nullopt;
+    for (size_t k = s_.find("{%", q); k != std::string::npos; k = s_.find("{%", k + 2)) {
+      const char mod = k + 2 < s_.size() && (s_[k + 2] == '-' || s_[k + 2] == '+') ? s_[k + 2] : 0;
+      size_t e = skip_space(k + 2 + (mod ? 1 : 0));
+      if (s_.compare(e, 6, "endraw") != 0) continue;
+      e = skip_space(e + 6);
+      char endmod = 0;
+      if (e < s_.size() && (s_[e] == '-' || s_[e] == '+')) endmod = s_[e++];
+      if (s_.compare(e, 2, "%}") != 0) continue;
+      emit_text(q, strip_before_tag(q, k, mod, true));
+      return Result<size_t>(after_end(e + 2, endmod));
+    }
+    line_at(p);
+    return Result<size_t>(make_error("line {}: missing end of raw directive", line_));
+  }
+
   // Advances the line counter to byte offset `to`.
   void line_at(size_t to) {
     for (; line_pos_ < to && line_pos_ < s_.size(); ++line_pos_)

@@ -208,8 +208,8 @@ class Parser {
       EDGELM_TRY(expect_block_end());
       return n;
     }
-    if (one_of(kw, {"call", "include", "import", "from", "extends", "block", "with", "autoescape", "raw", "do",
-                    "trans", "pluralize"}))
+    if (one_of(kw, {"call", "include", "import", "from", "extends", "block", "with", "autoescape", "do", "trans",
+                    "pluralize"}))
       return make_error("line {}: the '{}' tag is not supported by edgelm's chat-template interpreter", tok.line, kw);
     return make_error("line {}: encountered unknown tag '{}'", tok.line, printable(kw, 40));
   }

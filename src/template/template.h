@@ -20,7 +20,7 @@
 //               last/length/previtem/nextitem/cycle, else, `for x in xs if c`,
 //               unpacking), set (name, tuple, ns.attr, block set with filters),
 //               macro (defaults, keyword args, varargs/kwargs), filter blocks,
-//               break/continue,
+//               break/continue, raw,
 //               generation; whitespace control {%- -%} {{- -}} {#- -#} and +.
 //   expressions literals (str with Python escapes, int, float, bool, none,
 //               list, tuple, dict), . and [] access, slices with steps,
@@ -43,7 +43,7 @@
 //   globals     range (at most 100000, the sandbox's bound), dict, namespace,
 //               raise_exception, strftime_now.
 // Not supported (an error naming the line): call blocks, recursive loops,
-// include/import/extends/block/with/raw/do, and the filters batch, center,
+// include/import/extends/block/with/do, and the filters batch, center,
 // groupby, pprint, random, slice, striptags, truncate, urlencode, urlize,
 // wordcount, wordwrap, xmlattr.
 //

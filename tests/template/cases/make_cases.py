@@ -18,6 +18,10 @@ import random
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 STATEMENTS = [
+    "a  {% raw %}\n  {{ x }} {% if %}\n  {% endraw %}\nb",
+    "a\n  {%- raw -%}  {{ x }}  {%- endraw -%}  \nb",
+    "x\n    {% raw %}{{ y }}{%+ endraw +%}\nz",
+    "{% raw %}unterminated",
     "{% set x = 1 %}{% if true %}{% set x = 2 %}{% endif %}{{ x }}",
     "{% for a in [1,2,3] %}{% if a == 2 %}{% break %}{% endif %}{{ a }}{% else %}E{% endfor %}",
     "{% for a in [1,2] %}{% macro m() %}[{{ a }}]{% endmacro %}{{ m() }}{% endfor %}",
