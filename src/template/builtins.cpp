@@ -711,6 +711,101 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
     if (auto m = method(input, a)) return *m;
     return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(input), a));
   }
+  if (n == "batch" || n == "slice") {
+    ArgReader r(n, args, {n == "batch" ? "linecount" : "slices", "fill_with"});
+    EDGELM_TRY(r.check());
+    if (!r.get(0)) return make_error("{}() needs a count", n);
+    EDGELM_ASSIGN(int64_t count, need_int(*r.get(0), "count"));
+    if (count <= 0) return make_error("{}: the count must be positive", n);
+    const Value* fill = r.get(1);
+    if (fill && fill->is_none()) fill = nullptr;
+    EDGELM_ASSIGN(auto items, in.iterate(input));
+    std::vector<Value> groups;
+    if (n == "batch") {
+      // Groups of `count`; the last padded with fill_with when given.
+      for (size_t i = 0; i < items.size(); i += static_cast<size_t>(count)) {
+        std::vector<Value> g(items.begin() + static_cast<std::ptrdiff_t>(i),
+                             items.begin() + static_cast<std::ptrdiff_t>(std::min(items.size(), i + static_cast<size_t>(count))));
+        while (fill && g.size() < static_cast<size_t>(count)) g.push_back(*fill);
+        groups.push_back(Value::list(std::move(g)));
+      }
+    } else {
+      // `count` columns; the first (len % count) one longer, the others padded.
+      const size_t len = items.size(), k = static_cast<size_t>(std::min<int64_t>(count, 1 << 20));
+      const size_t per = len / k, extra = len % k;
+      size_t offset = 0;
+      for (size_t i = 0; i < k; ++i) {
+        const size_t start = offset + i * per;
+        if (i < extra) ++offset;
+        const size_t end = offset + (i + 1) * per;
+        std::vector<Value> g(items.begin() + static_cast<std::ptrdiff_t>(start), items.begin() + static_cast<std::ptrdiff_t>(end));
+        if (fill && i >= extra) g.push_back(*fill);
+        groups.push_back(Value::list(std::move(g)));
+      }
+    }
+    return generator(std::move(groups));
+  }
+  if (n == "center") {
+    ArgReader r(n, args, {"width"});
+    EDGELM_TRY(r.check());
+    EDGELM_ASSIGN(int64_t width, need_int(r.get_or(0, Value::integer(80)), "width"));
+    EDGELM_ASSIGN(std::string s, printable_str(input));
+    const auto len = static_cast<int64_t>(pystr::length(s));
+    if (width <= len) return Value::string(std::move(s));
+    EDGELM_TRY(in.check_size(static_cast<size_t>(width)));
+    // Python's str.center: the odd space goes left when the width is odd... as CPython computes it.
+    const int64_t marg = width - len;
+    const int64_t left = marg / 2 + (marg & width & 1);
+    return Value::string(std::string(static_cast<size_t>(left), ' ') + s +
+                         std::string(static_cast<size_t>(marg - left), ' '));
+  }
+  if (n == "wordcount") {
+    EDGELM_ASSIGN(std::string s, printable_str(input));
+    // Runs of word characters (letters, digits, _; any non-ASCII letter counts).
+    int64_t words = 0;
+    bool in_word = false;
+    for (size_t i = 0; i < s.size();) {
+      const size_t len = pystr::cp_size(s, i);
+      const unsigned char c = static_cast<unsigned char>(s[i]);
+      const bool w = (len > 1 && !pystr::space_at(s, i)) || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                     (c >= 'A' && c <= 'Z') || c == '_';
+      if (w && !in_word) ++words;
+      in_word = w;
+      i += len;
+    }
+    return Value::integer(words);
+  }
+  if (n == "truncate") {
+    ArgReader r(n, args, {"length", "killwords", "end", "leeway"});
+    EDGELM_TRY(r.check());
+    EDGELM_ASSIGN(int64_t length, need_int(r.get_or(0, Value::integer(255)), "length"));
+    const bool killwords = r.get_or(1, Value::boolean(false)).truthy();
+    const std::string end = to_str(r.get_or(2, Value::string("...")));
+    EDGELM_ASSIGN(int64_t leeway, need_int(r.get_or(3, Value::integer(5)), "leeway"));
+    const auto end_len = static_cast<int64_t>(pystr::length(end));
+    // jinja2 takes len() of the value itself: a short list comes back as it
+    // is, a number has no len().
+    if (input.is_undefined()) return input;
+    if (!input.is_string()) {
+      const bool sized = input.indexable() || input.is_view() || input.is_dict();
+      if (!sized) return make_error("object of type '{}' has no len()", type_name(input));
+      const size_t count = input.is_dict() ? input.dict_data().items.size() : input.items().size();
+      if (static_cast<int64_t>(count) <= length + leeway) return input;
+      return make_error("truncate: a {} cannot be cut", type_name(input));
+    }
+    std::string s = input.str();
+    if (length < end_len) return make_error("expected length >= {}, got {}", end_len, length);
+    if (leeway < 0) return make_error("expected leeway >= 0, got {}", leeway);
+    const auto off = pystr::offsets(s);
+    const auto len = static_cast<int64_t>(off.size() - 1);
+    if (len <= length + leeway) return Value::string(std::move(s));
+    std::string head = s.substr(0, off[static_cast<size_t>(length - end_len)]);
+    if (!killwords) {
+      const size_t sp = head.rfind(' ');
+      if (sp != std::string::npos) head.resize(sp);
+    }
+    return Value::string(head + end);
+  }
   if (n == "format") {
     if (!args.pos.empty() && !args.kw.empty())
       return make_error("can't handle positional and keyword arguments at the same time");

@@ -853,10 +853,9 @@ Support filter_support(const std::string& name) {
       "first", "float",   "forceescape", "format", "indent",  "int",     "items",    "join",    "last",
       "length", "list",   "lower",      "map",     "max",     "min",     "reject",   "rejectattr", "replace",
       "reverse", "round", "safe",       "select",  "selectattr", "sort", "string",   "sum",     "title",
-      "tojson", "trim",   "unique",     "upper"};
-  static const char* known[] = {"batch",     "center",   "filesizeformat", "groupby", "pprint",
-                                "random",    "slice",    "striptags",      "truncate", "urlencode",
-                                "urlize",    "wordcount", "wordwrap",      "xmlattr"};
+      "tojson", "trim",   "unique",     "upper", "batch",  "slice",   "center",  "wordcount", "truncate"};
+  static const char* known[] = {"filesizeformat", "groupby", "pprint", "random", "striptags",
+                                "urlencode",      "urlize",  "wordwrap", "xmlattr"};
   for (const char* s : supported)
     if (name == s) return Support::kSupported;
   for (const char* s : known)

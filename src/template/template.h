@@ -26,11 +26,11 @@
 //               list, tuple, dict), . and [] access, slices with steps,
 //               + - * / // % ** ~, comparisons (chained), in / not in,
 //               and/or/not, `a if c else b`, calls, filters, tests.
-//   filters     abs attr capitalize count d default dictsort e escape first
-//               float forceescape format indent int items join last length
-//               list lower map max min reject rejectattr replace reverse round
-//               safe select selectattr sort string sum title tojson trim unique
-//               upper.
+//   filters     abs attr batch capitalize center count d default dictsort e
+//               escape first float forceescape format indent int items join
+//               last length list lower map max min reject rejectattr replace
+//               reverse round safe select selectattr slice sort string sum
+//               title tojson trim truncate unique upper wordcount.
 //   tests       defined undefined none string number integer float boolean
 //               mapping iterable sequence callable true false odd even
 //               divisibleby eq/equalto/== ne/!= lt gt le ge in sameas lower
@@ -43,9 +43,8 @@
 //   globals     range (at most 100000, the sandbox's bound), dict, namespace,
 //               raise_exception, strftime_now.
 // Not supported (an error naming the line): call blocks, recursive loops,
-// include/import/extends/block/with/do, and the filters batch, center,
-// groupby, pprint, random, slice, striptags, truncate, urlencode, urlize,
-// wordcount, wordwrap, xmlattr.
+// include/import/extends/block/with/do, and the filters filesizeformat,
+// groupby, pprint, random, striptags, urlencode, urlize, wordwrap, xmlattr.
 //
 // Strings are UTF-8; lengths, indices and slices count code points as Python
 // does. Case mapping (upper, lower, title) covers Latin, Greek, Cyrillic and

@@ -111,7 +111,9 @@ def expressions():
                "map(attribute='a', default=0)|list", "select|list", "reject|list", "select('odd')|list", "selectattr('a')|list", "rejectattr('a', 'defined')|list",
                "selectattr('b', 'equalto', 'x')|list", "min", "max", "sum", "int", "float", "round", "round(1)", "round(0, 'floor')", "abs", "default('d')",
                "default('d', true)", "d", "replace('a', 'X')", "replace('l', '', 1)", "indent(2)", "indent(2, true)", "indent('> ', first=true, blank=true)",
-               "safe", "escape", "e", "format", "first|string", "string|length", "list|length", "attr('items')", "batch(2)|list" ]
+               "safe", "escape", "e", "format", "first|string", "string|length", "list|length", "attr('items')", "batch(2)|list" ,
+               "batch(2, 'f')|list", "slice(2)|list", "slice(3, 0)|list", "center(20)", "center(7)", "wordcount", "truncate(9)",
+               "truncate(9, true)", "truncate(8, end='~')", "truncate(3, leeway=0)"]
     tests = ["defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "mapping", "iterable", "sequence", "callable",
              "true", "false", "odd", "even", "divisibleby 3", "equalto 3", "eq 'a'", "in [1, 'a', none]", "sameas none", "sameas true", "lower", "upper", "escaped", "gt 2", "le 1.5"]
     methods = ["strip()", "strip('a')", "lstrip()", "rstrip()", "split()", "split(',')", "split(',', 1)", "rsplit(',', 1)", "splitlines()", "startswith('h')",
