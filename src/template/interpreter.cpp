@@ -638,11 +638,24 @@ Result<Value> Interpreter::binary(const std::string& op, const Value& a, const V
         if (b.as_int() == -1 && a.as_int() == INT64_MIN) return make_error("integer overflow");
         return Value::integer(op == "//" ? floordiv(a.as_int(), b.as_int()) : pymod(a.as_int(), b.as_int()));
       }
+      // CPython's float divmod: (x - fmod(x, y)) / y, rounded to the nearest
+      // integral value, so 1 // 0.1 is 9.0 (floor(1 / 0.1) would be 10.0).
       const double x = a.as_double(), y = b.as_double();
-      if (op == "//") return Value::real(std::floor(x / y));
       double m = std::fmod(x, y);
-      if (m != 0 && ((m < 0) != (y < 0))) m += y;
-      return Value::real(m);
+      double div = (x - m) / y;
+      if (m != 0) {
+        if ((y < 0) != (m < 0)) {
+          m += y;
+          div -= 1.0;
+        }
+      } else {
+        m = std::copysign(0.0, y);
+      }
+      if (op == "%") return Value::real(m);
+      if (div == 0) return Value::real(std::copysign(0.0, x / y));
+      double fd = std::floor(div);
+      if (div - fd > 0.5) fd += 1.0;
+      return Value::real(fd);
     }
     if (op == "**") {
       if (!fl && b.as_int() >= 0) {

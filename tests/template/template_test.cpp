@@ -115,6 +115,8 @@ TEST(Template, PythonDetails) {
   EXPECT_EQ(render("{{ 0.1 is odd }} {{ 3.0 is odd }} {{ -3 is odd }} {{ '42' is lower }}"), "False True True False");
   EXPECT_EQ(render("{{ 'x' % [] }} {{ '%s|%s' % (1, 'a') }} {{ '%(a)s' % {'a': 2} }}"), "x 1|a 2");
   EXPECT_EQ(render("{{ 5[1:] }}").rfind("RENDER ERROR", 0), 0u);
+  EXPECT_EQ(render("{{ 1 // 0.1 }} {{ 1 % 0.1 }} {{ -1 // 0.1 }} {{ 5.0 % -2 }} {{ -0.0 % 2 }} {{ 7.5 // 2 }}"),
+            "9.0 0.09999999999999995 -10.0 -1.0 0.0 3.0");
   EXPECT_EQ(render("{{ 'abcdef'[::-2] }} {{ 'abcdef'[-2:1:-1] }} {{ [1,2,3,4][1:100:2] }} {{ 'abc'[5:] }} "
                    "{{ 'abc'[::9223372036854775807] }} {{ 'abcdef'[4:-8:-1] }} {{ 'h\u00e9llo'[1:3] }}"),
             "fdb edc [2, 4]  a edcba \xc3\xa9l");
