@@ -1,6 +1,7 @@
-// jinja2's filters and tests, the methods of str/dict/list a sandboxed
-// template may call, and the global functions (range, namespace, dict,
-// raise_exception, strftime_now). Internal to the interpreter.
+// jinja2's filters and tests (filters.cpp), the methods of str/dict/list a
+// sandboxed template may call (methods.cpp), and the global functions
+// (globals.cpp: range, namespace, dict, raise_exception, strftime_now).
+// Internal to the interpreter.
 #pragma once
 
 #include <optional>
