@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Fetch llama.cpp's vocab-only GGUF files and their tokenizer test vectors
-# (models/ggml-vocab-*.gguf, *.gguf.inp, *.gguf.out) into assets/vocab/.
+# (models/ggml-vocab-*.gguf, *.gguf.inp, *.gguf.out) into assets/vocab/, and
+# its real chat templates (models/templates/*) into assets/templates/.
 #
 # Source: the npm package node-llama-cpp, which ships llama.cpp's source as a
 # git bundle (package/llama/gitRelease.bundle, a single squashed commit on
 # HEAD). Only the npm registry is needed.
 #
-# Idempotent: if assets/vocab/ already holds a complete set fetched from the
-# same package version, it does nothing. FORCE=1 re-fetches.
+# Idempotent: if assets/ already holds a complete set fetched from the same
+# package version (the stamp assets/vocab/.fetched-from lists every file,
+# relative to assets/, with its size), it does nothing. FORCE=1 re-fetches.
 set -euo pipefail
 
 PKG="node-llama-cpp@3.22.1"
 BUNDLE_PATH="package/llama/gitRelease.bundle"
 
 REPO_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-DEST="$REPO_ROOT/assets/vocab"
+ASSETS="$REPO_ROOT/assets"
+DEST="$ASSETS/vocab"
 STAMP="$DEST/.fetched-from"
 
 log() { echo "fetch-test-assets: $*" >&2; }
@@ -24,18 +27,23 @@ die() { log "ERROR: $*"; exit 1; }
 assets_complete() {
     [[ -f "$STAMP" ]] || return 1
     grep -qx "package=$PKG" "$STAMP" || return 1
+    # both folders are listed (a stamp from before templates were fetched is not)
+    grep -q '^file vocab/' "$STAMP" || return 1
+    grep -q '^file templates/' "$STAMP" || return 1
     # every file listed in the stamp must exist with its recorded size
-    local name size n=0
-    while read -r name size; do
-        [[ -f "$DEST/$name" ]] || return 1
-        [[ "$(stat -c %s "$DEST/$name")" == "$size" ]] || return 1
-        n=$((n + 1))
+    # (the size is the last field: a name may hold spaces)
+    local line name size
+    while IFS= read -r line; do
+        name="${line% *}"
+        size="${line##* }"
+        [[ -f "$ASSETS/$name" ]] || return 1
+        [[ "$(stat -c %s "$ASSETS/$name")" == "$size" ]] || return 1
     done < <(grep '^file ' "$STAMP" | cut -d' ' -f2-)
-    [[ $n -gt 0 ]]
+    return 0
 }
 
 if [[ "${FORCE:-0}" != "1" ]] && assets_complete; then
-    log "assets already present in $DEST (from $PKG); nothing to do"
+    log "assets already present in $DEST and $ASSETS/templates (from $PKG); nothing to do"
     exit 0
 fi
 
@@ -63,7 +71,7 @@ tar -xzf "$TGZ" -C "$TMP" "$BUNDLE_PATH" || die "$BUNDLE_PATH not found in $(bas
 BUNDLE="$TMP/$BUNDLE_PATH"
 git bundle list-heads "$BUNDLE" >/dev/null || die "$BUNDLE is not a valid git bundle"
 
-# ---- 3. clone the bundle (no checkout) and export models/ggml-vocab-* ---------
+# ---- 3. clone the bundle (no checkout), export models/ggml-vocab-* and models/templates/*
 git clone --quiet --bare "$BUNDLE" "$TMP/llama.git" 2>"$TMP/clone.err" \
     || { cat "$TMP/clone.err" >&2; die "git clone of the bundle failed"; }
 COMMIT="$(git -C "$TMP/llama.git" rev-parse HEAD)"
@@ -71,24 +79,34 @@ COMMIT="$(git -C "$TMP/llama.git" rev-parse HEAD)"
 mkdir -p "$TMP/out"
 git -C "$TMP/llama.git" archive --format=tar HEAD -- \
         'models/ggml-vocab-*.gguf' 'models/ggml-vocab-*.gguf.inp' 'models/ggml-vocab-*.gguf.out' \
+        'models/templates/*' \
     | tar -xf - -C "$TMP/out"
 
 shopt -s nullglob
 files=("$TMP"/out/models/ggml-vocab-*)
+templates=("$TMP"/out/models/templates/*)
 shopt -u nullglob
 [[ ${#files[@]} -gt 0 ]] || die "no models/ggml-vocab-* files found in the bundle (commit $COMMIT)"
+[[ ${#templates[@]} -gt 0 ]] || die "no models/templates/* files found in the bundle (commit $COMMIT)"
 
-# ---- 4. install into assets/vocab/ --------------------------------------------
-mkdir -p "$DEST"
+# ---- 4. install into assets/vocab/ and assets/templates/ ----------------------
+mkdir -p "$DEST" "$ASSETS/templates"
 {
     echo "package=$PKG"
     echo "llama.cpp-commit=$COMMIT"
 } >"$TMP/stamp"
-for f in "${files[@]}"; do
-    name="$(basename "$f")"
-    cp -f "$f" "$DEST/$name"
-    echo "file $name $(stat -c %s "$f")" >>"$TMP/stamp"
-done
+install_into() {  # install_into SUBDIR FILE...
+    local sub="$1" f name
+    shift
+    for f in "$@"; do
+        [[ -f "$f" ]] || continue
+        name="$(basename "$f")"
+        cp -f "$f" "$ASSETS/$sub/$name"
+        echo "file $sub/$name $(stat -c %s "$f")" >>"$TMP/stamp"
+    done
+}
+install_into vocab "${files[@]}"
+install_into templates "${templates[@]}"
 mv -f "$TMP/stamp" "$STAMP"
 
-log "installed ${#files[@]} files into $DEST (llama.cpp commit ${COMMIT:0:12})"
+log "installed ${#files[@]} files into $DEST and ${#templates[@]} into $ASSETS/templates (llama.cpp commit ${COMMIT:0:12})"

@@ -9,20 +9,25 @@ SECS="${FUZZ_SECONDS:-60}"
 BUILD=build-fuzz
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGELM_FUZZ=ON \
   -DEDGELM_BUILD_TESTS=ON -DEDGELM_BUILD_BENCH=OFF >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_request
+cmake --build "$BUILD" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_request fuzz_template
 
-# Seeds: a tiny real model for the GGUF reader, a few request bodies.
+# Seeds: a tiny real model for the GGUF reader, a few request bodies, chat templates.
 seeds="$BUILD/fuzz/seeds"
-mkdir -p "$seeds/gguf" "$seeds/tokenizer" "$seeds/request"
+mkdir -p "$seeds/gguf" "$seeds/tokenizer" "$seeds/request" "$seeds/template"
 [[ -f "$seeds/gguf/tiny.gguf" ]] || ./build/edgelm synth --shape tiny-llama --type Q4_0 -o "$seeds/gguf/tiny.gguf" >/dev/null 2>&1 || true
 # The reader never needs more than the header and tables: keep the seed small.
 if [[ -f "$seeds/gguf/tiny.gguf" ]]; then head -c 65536 "$seeds/gguf/tiny.gguf" > "$seeds/gguf/head.gguf"; rm -f "$seeds/gguf/tiny.gguf"; fi
 printf 'Hello, world! <|im_start|>user\n\xe2\x96\x81caf\xc3\xa9 123' > "$seeds/tokenizer/a.txt"
 printf '{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true}' > "$seeds/request/a.json"
 printf '{"prompt":[1,2,3],"max_tokens":2,"logprobs":3,"stop":["x"]}' > "$seeds/request/b.json"
+# Real chat templates, when fetched (scripts/fetch-test-assets.sh); byte 0 picks the conversation.
+for f in assets/templates/*.jinja; do
+  if [[ -f "$f" ]]; then { printf '\x01'; cat "$f"; } > "$seeds/template/$(basename "$f")"; fi
+done
+printf '\x00{%% for m in messages %%}{{ m.role }}: {{ m.content|trim }}\n{%% endfor %%}' > "$seeds/template/a.jinja"
 
 status=0
-for t in gguf tokenizer request; do
+for t in gguf tokenizer request template; do
   echo "== fuzz_$t for ${SECS}s"
   corpus="$BUILD/fuzz/corpus_$t"
   mkdir -p "$corpus"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds edgelm and runs every test: installs the Debian packages it needs,
-# fetches llama.cpp's tokenizer test vectors (npm), builds with warnings as
-# errors and runs CTest. Tests that need ../shared/models or the vectors skip
-# with a message when those are absent.
+# fetches llama.cpp's tokenizer test vectors and chat templates (npm), builds
+# with warnings as errors and runs CTest. Tests that need ../shared/models,
+# the vectors or the templates skip with a message when those are absent.
 #
 #   bash scripts/test.sh            # Release build in build/
 #   BUILD=build-asan CMAKE_ARGS="-DEDGELM_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo" bash scripts/test.sh
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
-bash scripts/fetch-test-assets.sh || echo "test.sh: tokenizer test vectors unavailable (no npm registry?); those tests will skip" >&2
+bash scripts/fetch-test-assets.sh || echo "test.sh: tokenizer test vectors and chat templates unavailable (no npm registry?); those tests will skip" >&2
 bash scripts/fetch-openai-client.sh || echo "test.sh: the openai npm package is unavailable; its test will skip" >&2
 
 BUILD="${BUILD:-build}"
