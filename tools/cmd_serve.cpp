@@ -158,7 +158,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", s.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--model-id", s.model_id, "Model name reported by /v1/models (default: from the file)");
-  cmd->add_option("--chat-template", s.chat_template, "Chat format: chatml, llama3, llama2, mistral, zephyr (default: detect)");
+  cmd->add_option("--chat-template", s.chat_template,
+                  "A built-in chat format instead of the model's template: chatml, llama3, llama2, mistral, zephyr "
+                  "(default: the model's own Jinja template; a built-in one recognised from the model when it has none)");
+  cmd->add_option("--chat-template-file", s.chat_template_file,
+                  "A Jinja chat template file to use instead of the model's own");
   cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' (except /health and /ready)");
   cmd->add_option("--queue", s.admission.queue, "Requests that may wait for a slot (0: refuse at once)")->capture_default_str()->check(CLI::Range(0, 4096));
   cmd->add_option("--queue-timeout", s.admission.queue_timeout_s, "Seconds a queued request waits before 429")->capture_default_str();

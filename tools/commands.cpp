@@ -17,6 +17,7 @@ void register_commands(CLI::App& app) {
   add_synth_command(app);
   add_bench_command(app);
   add_load_command(app);
+  add_template_command(app);
 }
 
 }  // namespace edgelm::tools

@@ -18,5 +18,6 @@ void add_tokenize_commands(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_load_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 
 }  // namespace edgelm::tools

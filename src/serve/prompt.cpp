@@ -21,22 +21,28 @@ ApiError bad_messages(std::string message) {
   return {400, "invalid_request_error", "invalid_messages", std::move(message), "messages"};
 }
 
+Result<std::vector<int32_t>> encode(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,
+                                    std::span<const tokenizer::ChatMessage> msgs) {
+  EDGELM_ASSIGN(std::string text, tmpl.render(msgs, true));
+  return tokenizer::encode_rendered(tok, text);
+}
+
 // Renders messages [0, first) + [from, end) of `msgs`.
-Result<std::vector<int32_t>> render_from(const tokenizer::Tokenizer& tok, const tokenizer::ChatTemplate& tmpl,
+Result<std::vector<int32_t>> render_from(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,
                                          const std::vector<tokenizer::ChatMessage>& msgs, size_t first, size_t from,
                                          std::vector<tokenizer::ChatMessage>& scratch) {
   scratch.clear();
   scratch.insert(scratch.end(), msgs.begin(), msgs.begin() + static_cast<long>(first));
   scratch.insert(scratch.end(), msgs.begin() + static_cast<long>(from), msgs.end());
-  return tokenizer::encode_chat(tok, tmpl, scratch, true);
+  return encode(tok, tmpl, scratch);
 }
 
-std::variant<BuiltPrompt, ApiError> chat_prompt(const tokenizer::Tokenizer& tok, const tokenizer::ChatTemplate& tmpl,
+std::variant<BuiltPrompt, ApiError> chat_prompt(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,
                                                 const GenerationRequest& r, int limit, Truncate policy) {
   std::vector<tokenizer::ChatMessage> msgs;
   msgs.reserve(r.messages.size());
   for (const auto& m : r.messages) msgs.push_back({m.role, m.content});
-  auto full = tokenizer::encode_chat(tok, tmpl, msgs, true);
+  auto full = encode(tok, tmpl, msgs);
   if (!full.ok()) return bad_messages(full.message());
   BuiltPrompt out;
   const int n_full = static_cast<int>(full->size());
@@ -89,7 +95,7 @@ std::variant<BuiltPrompt, ApiError> chat_prompt(const tokenizer::Tokenizer& tok,
 
 }  // namespace
 
-std::variant<BuiltPrompt, ApiError> build_prompt(const tokenizer::Tokenizer& tok, const tokenizer::ChatTemplate* tmpl,
+std::variant<BuiltPrompt, ApiError> build_prompt(const tokenizer::Tokenizer& tok, const ChatRenderer* tmpl,
                                                  const std::string& template_error, const GenerationRequest& r,
                                                  int ctx, int limit, Truncate policy) {
   BuiltPrompt p;

@@ -10,7 +10,7 @@
 
 #include "core/status.h"
 #include "serve/openai.h"
-#include "tokenizer/chat_template.h"
+#include "serve/chat_renderer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace edgelm::serve {
@@ -35,7 +35,7 @@ int prompt_limit(int ctx, int want_out);
 // BOS, KeepStart the start); with Truncate::None it is refused.
 // `tmpl` may be null for completions; a chat without one is refused with
 // `template_error` as the message.
-std::variant<BuiltPrompt, ApiError> build_prompt(const tokenizer::Tokenizer& tok, const tokenizer::ChatTemplate* tmpl,
+std::variant<BuiltPrompt, ApiError> build_prompt(const tokenizer::Tokenizer& tok, const ChatRenderer* tmpl,
                                                  const std::string& template_error, const GenerationRequest& r,
                                                  int ctx, int limit, Truncate policy);
 

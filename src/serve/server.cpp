@@ -76,8 +76,9 @@ struct Server::Impl {
   httplib::Server http;
   WorkerPool* pool = nullptr;  // owned by httplib
   int listen_fd = -1;
-  std::optional<tokenizer::ChatTemplate> chat_template;
+  std::optional<ChatRenderer> chat_template;
   std::string chat_template_error;
+  bool chat_template_fatal = false;  // a template was given or found and cannot be used
   size_t max_piece = 0;  // the longest token piece of the vocabulary, in bytes
   std::thread monitor;
   std::atomic<bool> stopping{false};
@@ -301,6 +302,27 @@ void Server::Impl::routes() {
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_metrics(metrics, engine, adm, pool ? pool->open() : 0), "text/plain; version=0.0.4");
   });
+  // llama-server's route: the prompt a chat request would be given, exactly.
+  http.Post("/apply-template", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
+    RequestLimits limits;
+    limits.n_vocab = engine.tokenizer().n_vocab();
+    limits.max_content_bytes = o.max_body_bytes;
+    auto parsed = parse_chat_request(req.body, limits);
+    if (auto* err = std::get_if<ApiError>(&parsed)) return reply_error(res, *err);
+    if (!chat_template)
+      return reply_error(res, {400, "invalid_request_error", "chat_template", chat_template_error, "messages"});
+    const json j = json::parse(req.body, nullptr, false);
+    const bool add_generation_prompt =
+        j.is_object() && j.contains("add_generation_prompt") && j["add_generation_prompt"].is_boolean()
+            ? j["add_generation_prompt"].get<bool>()
+            : true;
+    std::vector<tokenizer::ChatMessage> msgs;
+    for (const auto& m : std::get<GenerationRequest>(parsed).messages) msgs.push_back({m.role, m.content});
+    auto text = chat_template->render(msgs, add_generation_prompt);
+    if (!text.ok())
+      return reply_error(res, {400, "invalid_request_error", "invalid_messages", text.message(), "messages"});
+    json_reply(res, {{"prompt", *text}});
+  });
   http.Post("/tokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
     json j = json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
@@ -348,9 +370,10 @@ Server::Server(Engine& engine, const ServerOptions& o)
       admission_(std::make_unique<Admission>(engine, o.admission)),
       metrics_(std::make_unique<Metrics>()) {
   impl_ = std::make_unique<Impl>(*this);
-  auto tmpl = tokenizer::ChatTemplate::for_tokenizer(engine.tokenizer(), o.chat_template);
-  if (tmpl.ok()) impl_->chat_template = std::move(tmpl).value();
-  else impl_->chat_template_error = tmpl.message();
+  ChatRendererChoice tmpl = ChatRenderer::for_model(engine.tokenizer(), o.chat_template, o.chat_template_file);
+  impl_->chat_template = std::move(tmpl.renderer);
+  impl_->chat_template_error = std::move(tmpl.error);
+  impl_->chat_template_fatal = tmpl.fatal;
   for (int32_t t = 0; t < engine.tokenizer().n_vocab(); ++t)
     impl_->max_piece = std::max(impl_->max_piece, engine.tokenizer().token_piece_view(t).size());
   const int workers = http_threads_for(o, engine.n_slots());
@@ -381,6 +404,7 @@ Server::Server(Engine& engine, const ServerOptions& o)
 Server::~Server() { stop(); }
 
 Status Server::bind() {
+  if (impl_->chat_template_fatal) return make_error("chat template: {}", impl_->chat_template_error);
   const int p = o_.port == 0 ? impl_->http.bind_to_any_port(o_.host) : (impl_->http.bind_to_port(o_.host, o_.port) ? o_.port : -1);
   if (p <= 0) return make_error("cannot listen on {}:{} (in use, or not an address of this machine)", o_.host, o_.port);
   port_ = p;

@@ -25,7 +25,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string model_id = "edgelm";      // the name /v1/models reports
-  std::string chat_template;            // override by name; "" = detect from the model
+  std::string chat_template;            // a built-in format by name; "" = the model's own template
+  std::string chat_template_file;       // a Jinja template file that replaces the model's
   std::string api_key;                  // "" = no authentication
   AdmissionOptions admission;
   Truncate truncate = Truncate::KeepEnd;

@@ -207,6 +207,10 @@ Result<std::string> ChatTemplate::apply(std::span<const ChatMessage> messages, b
 Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const ChatTemplate& tmpl,
                                          std::span<const ChatMessage> messages, bool add_generation_prompt) {
   EDGELM_ASSIGN(std::string text, tmpl.apply(messages, add_generation_prompt));
+  return encode_rendered(tok, text);
+}
+
+std::vector<int32_t> encode_rendered(const Tokenizer& tok, std::string_view text) {
   const std::string_view bos_text = tok.text(tok.bos());
   std::string_view body = text;
   bool want_bos = tok.add_bos();

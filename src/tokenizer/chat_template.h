@@ -87,5 +87,7 @@ class ChatTemplate {
 // (add_bos_token); EOS is never appended.
 Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const ChatTemplate& tmpl,
                                          std::span<const ChatMessage> messages, bool add_generation_prompt);
+// The same for a prompt already rendered (by any template).
+std::vector<int32_t> encode_rendered(const Tokenizer& tok, std::string_view text);
 
 }  // namespace edgelm::tokenizer

@@ -13,7 +13,7 @@ using serve::GenerationRequest;
 
 struct Fixture {
   tokenizer::Tokenizer tok;
-  tokenizer::ChatTemplate tmpl;
+  serve::ChatRenderer tmpl;
 };
 
 Fixture load() {
@@ -21,7 +21,7 @@ Fixture load() {
   EXPECT_TRUE(f.ok()) << f.message();
   auto tok = tokenizer::Tokenizer::from_gguf(*f);
   EXPECT_TRUE(tok.ok()) << tok.message();
-  auto t = tokenizer::ChatTemplate::from_name("chatml");
+  auto t = serve::ChatRenderer::builtin("chatml", *tok);
   EXPECT_TRUE(t.ok());
   return {std::move(tok).value(), std::move(t).value()};
 }

@@ -87,7 +87,7 @@ struct LiveServer {
     engine = std::move(e).value();
     engine->start();
     o.server.port = 0;
-    if (o.server.chat_template.empty()) o.server.chat_template = "chatml";
+    if (o.server.chat_template.empty() && o.server.chat_template_file.empty()) o.server.chat_template = "chatml";
     server = std::make_unique<serve::Server>(*engine, o.server);
     EXPECT_TRUE(server->bind().ok());
     port = server->port();

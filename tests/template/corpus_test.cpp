@@ -125,7 +125,16 @@ void report(const std::string& what, size_t n_templates, size_t n_convs, const T
   for (const auto& u : t.unsupported) std::cout << "  unsupported: " << u << "\n";
 }
 
-bool have_jinja2() { return std::system("python3 -c 'import jinja2' >/dev/null 2>&1") == 0; }
+// The oracle's interpreter: Debian's python3 (with python3-jinja2, which
+// install-deps.sh installs) when it has jinja2, else whichever python3 is
+// first on PATH.
+const std::string& python() {
+  static const std::string p =
+      std::system("/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1") == 0 ? "/usr/bin/python3" : "python3";
+  return p;
+}
+
+bool have_jinja2() { return std::system((python() + " -c 'import jinja2' >/dev/null 2>&1").c_str()) == 0; }
 
 const fs::path kHere = fs::path(EDGELM_SOURCE_DIR) / "tests" / "template";
 
@@ -151,7 +160,7 @@ TEST(Corpus, MatchesJinja2) {
   for (const auto& file : files) {
     const std::string name = file.filename().string();
     int status = 0;
-    const std::string out = run("python3 " + shell_quote(oracle.string()) + " " + shell_quote(file.string()) + " " +
+    const std::string out = run(python() + " " + shell_quote(oracle.string()) + " " + shell_quote(file.string()) + " " +
                                     shell_quote(convs_path.string()),
                                 &status);
     auto want = parse_json(out);
@@ -180,7 +189,7 @@ TEST(Cases, MatchJinja2) {
     const Value& templates = *cases->get("templates");
     int status = 0;
     const std::string out =
-        run("python3 " + shell_quote((kHere / "jinja_oracle.py").string()) + " --cases " + shell_quote(file.string()),
+        run(python() + " " + shell_quote((kHere / "jinja_oracle.py").string()) + " --cases " + shell_quote(file.string()),
             &status);
     auto want = parse_json(out);
     ASSERT_TRUE(status == 0 && want.ok() && want->is_list() && want->items().size() == templates.items().size())
