@@ -2,6 +2,7 @@
 // not fit, allocates everything once, then serves until SIGTERM/SIGINT, when
 // it drains (refuses new work, lets running requests finish) and exits 0.
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -24,6 +25,9 @@ struct ServeFlags {
   serve::ServerOptions server;
   std::string truncate = "keep-end";
   bool no_prompt_cache = false;
+  std::vector<std::string> classes = {"sensor", "chat"};
+  std::vector<std::string> reserve_slots;   // NAME=N
+  std::vector<std::string> api_key_class;   // KEY=CLASS
   bool mlock = false;
   double debug_step_ms = 0;
   double debug_token_ms = 0;
@@ -46,6 +50,64 @@ int serve_main(ServeFlags f) {
   }
   f.server.truncate = *trunc;
   f.server.prompt_cache = !f.no_prompt_cache;
+  // Priority classes: names in order, reservations, keys.
+  auto& adm_classes = f.server.admission.classes;
+  adm_classes.clear();
+  auto find_class = [&](const std::string& name) -> serve::ClassSpec* {
+    for (auto& c : adm_classes)
+      if (c.name == name) return &c;
+    return nullptr;
+  };
+  for (const std::string& n : f.classes) {
+    if (n.empty() || find_class(n)) {
+      fmt::print(stderr, "error: --classes: '{}' is empty or named twice\n", n);
+      return 1;
+    }
+    adm_classes.push_back({n, 0});
+  }
+  auto split = [](const std::string& s, std::string& a, std::string& b) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) return false;
+    a = s.substr(0, eq);
+    b = s.substr(eq + 1);
+    return true;
+  };
+  int reserved = 0;
+  for (const std::string& r : f.reserve_slots) {
+    std::string name, count;
+    serve::ClassSpec* c = nullptr;
+    int n = -1;
+    if (split(r, name, count)) {
+      c = find_class(name);
+      n = std::atoi(count.c_str());
+    }
+    if (!c || n < 0 || std::to_string(n) != count) {
+      fmt::print(stderr, "error: --reserve-slots '{}': expected CLASS=N with a class of --classes ({})\n", r,
+                 fmt::join(f.classes, ", "));
+      return 1;
+    }
+    c->reserved = n;
+    reserved += n;
+  }
+  if (f.plan.slots > 0 && reserved >= f.plan.slots) {
+    fmt::print(stderr, "error: --reserve-slots reserve {} of {} slots: none would be left for the other classes\n",
+               reserved, f.plan.slots);
+    return 1;
+  }
+  for (const std::string& kc : f.api_key_class) {
+    std::string key, name;
+    if (!split(kc, key, name) || !find_class(name)) {
+      fmt::print(stderr, "error: --api-key-class: expected KEY=CLASS with a class of --classes ({})\n",
+                 fmt::join(f.classes, ", "));
+      return 1;
+    }
+    f.server.api_key_classes.emplace_back(key, name);
+  }
+  if (!find_class(f.server.default_class)) {
+    fmt::print(stderr, "error: --default-class '{}' is not one of --classes ({})\n", f.server.default_class,
+               fmt::join(f.classes, ", "));
+    return 1;
+  }
   if (const double s = f.server.admission.max_slowdown; s != 0 && s < 1) {
     fmt::print(stderr, "error: --max-slowdown {} is below 1: a stream cannot be promised more than a lone stream's speed (0 turns it off)\n", s);
     return 1;
@@ -165,7 +227,8 @@ void add_serve_command(CLI::App& app) {
                   "A Jinja chat template file to use instead of the model's own");
   cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' (except /health and /ready)");
   cmd->add_option("--queue", s.admission.queue, "Requests that may wait for a slot (0: refuse at once)")->capture_default_str()->check(CLI::Range(0, 4096));
-  cmd->add_option("--queue-timeout", s.admission.queue_timeout_s, "Seconds a queued request waits before 429")->capture_default_str();
+  cmd->add_option("--queue-timeout", s.admission.queue_timeout_s, "Seconds a queued request waits before 429")
+      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--min-stream-rate", s.admission.min_stream_rate,
                   "Tokens/s every admitted stream must keep; new requests that would break it get 429 (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 10000.0));
@@ -181,6 +244,20 @@ void add_serve_command(CLI::App& app) {
                   "Admit a request only if its predicted time to first token is at most this many seconds (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--truncate", f->truncate, "Prompts longer than a slot: keep-end, keep-start, none (400)")->capture_default_str();
+  cmd->add_option("--classes", f->classes,
+                  "Priority classes, most urgent first, comma separated (a request's class: --api-key-class, "
+                  "X-Priority with --class-header, else --default-class)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--reserve-slots", f->reserve_slots,
+                  "CLASS=N: N slots kept for CLASS (and more urgent ones); repeatable");
+  cmd->add_option("--default-class", s.default_class, "The class of a request that names none")->capture_default_str();
+  cmd->add_flag("--class-header", s.class_header, "Take a request's class from its X-Priority header");
+  cmd->add_option("--api-key-class", f->api_key_class,
+                  "KEY=CLASS: requests with this API key are of CLASS (the key is also a valid API key); repeatable");
+  cmd->add_flag("--preempt", s.admission.preempt,
+                "A request that finds no slot ends the youngest stream of a less urgent class (finish_reason "
+                "\"preempted\") and takes its slot");
   cmd->add_flag("--no-prompt-cache", f->no_prompt_cache,
                 "Do not reuse a slot's cached prompt prefix (every prompt is computed in full)");
   cmd->add_option("--default-max-tokens", s.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 24));

@@ -56,16 +56,38 @@ Status apply_config_file(CLI::App& cmd, const std::string& path) {
     const std::string where = fmt::format("{}:{}: {}", path, value.source().begin.line, key.str());
     std::string name(key.str());
     std::replace(name.begin(), name.end(), '_', '-');
-    if (value.is_table())
-      return make_error("{}: tables are not used: put the keys at the top level", where);
     CLI::Option* opt = name.size() > 1 ? cmd.get_option_no_throw("--" + name) : nullptr;
     if (opt == nullptr || opt == cmd.get_help_ptr() || name == "config")
       return make_error("{}: unknown key (the keys are the long flags of `edgelm {} --help`)",
                         where, cmd.get_name());
-    auto text = scalar_text(value, opt->get_expected_min() == 0);
-    if (!text.ok()) return make_error("{}: {}", where, text.message());
+    // A repeatable flag takes an array (each element one use of the flag)
+    // or, for KEY=VALUE flags, a table ({ sensor = 1 } for sensor=1).
+    std::vector<std::string> texts;
+    const bool repeatable = opt->get_items_expected_max() > 1;
+    if (const auto* arr = value.as_array(); arr && repeatable) {
+      for (const auto& el : *arr) {
+        auto t = scalar_text(el, false);
+        if (!t.ok()) return make_error("{}: {}", where, t.message());
+        texts.push_back(*t);
+      }
+    } else if (const auto* tbl = value.as_table(); tbl && repeatable) {
+      for (const auto& [k, v] : *tbl) {
+        auto t = scalar_text(v, false);
+        if (!t.ok()) return make_error("{}.{}: {}", where, k.str(), t.message());
+        texts.push_back(std::string(k.str()) + "=" + *t);
+      }
+    } else if (value.is_table()) {
+      return make_error("{}: tables are only for repeatable KEY=VALUE flags", where);
+    } else {
+      auto text = scalar_text(value, opt->get_expected_min() == 0);
+      if (!text.ok()) return make_error("{}: {}", where, text.message());
+      texts.push_back(*text);
+    }
     if (opt->count() > 0) continue;  // the command line said it: the flag wins
-    opt->add_result(*text);
+    if (texts.empty()) continue;     // an empty array: the default
+    for (const std::string& t : texts) opt->add_result(t);
+    const std::string text_joined = fmt::format("{}", fmt::join(texts, ","));
+    const std::string* text = &text_joined;
     // Validate now, so a bad value is reported against the file and line;
     // CLI11 then skips this option's callback (it has run).
     try {

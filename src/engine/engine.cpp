@@ -20,6 +20,7 @@ std::string_view finish_name(Finish f) {
     case Finish::Length: return "length";
     case Finish::Cancelled: return "cancelled";
     case Finish::Error: return "error";
+    case Finish::Preempted: return "preempted";
   }
   return "?";
 }
@@ -111,8 +112,10 @@ int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const Engi
     // The step may last its streams' allowance for one token, plus the time
     // they have banked (slack).
     const double room = cap + std::max(slack, 0.0) - m.predict(n_decode);
-    const double fit = m.b > 0 ? room / m.b : budget;
-    budget = std::min(budget, std::max(o.min_prefill_chunk, static_cast<int>(std::min<double>(fit, budget))));
+    // No per-token cost measured yet: a full step only if there is room at all.
+    const double fit = m.b > 0 ? room / m.b : (room > 0 ? budget : 0);
+    const int fits = static_cast<int>(std::clamp(fit, 0.0, static_cast<double>(budget)));
+    budget = std::min(budget, std::max(o.min_prefill_chunk, fits));
   }
   return budget;
 }
@@ -248,8 +251,12 @@ float Engine::output_logprob(int slot, int i, std::span<TokenLogprob> top) const
 }
 
 Finish Engine::finish(int slot) const { return static_cast<Finish>(slots_[static_cast<size_t>(slot)].finish.load()); }
-int Engine::prompt_tokens(int slot) const { return slots_[static_cast<size_t>(slot)].n_prompt; }
-int Engine::max_tokens(int slot) const { return slots_[static_cast<size_t>(slot)].max_tokens; }
+int Engine::prompt_tokens(int slot) const {
+  return slots_[static_cast<size_t>(slot)].n_prompt_pub.load(std::memory_order_relaxed);
+}
+int Engine::max_tokens(int slot) const {
+  return slots_[static_cast<size_t>(slot)].max_tokens_pub.load(std::memory_order_relaxed);
+}
 
 Engine::SlotState Engine::state(int slot) const {
   return static_cast<SlotState>(slots_[static_cast<size_t>(slot)].state.load());
@@ -279,6 +286,14 @@ int Engine::cached_prefix(int slot, std::span<const int32_t> prompt) const {
 int Engine::cached_tokens(int slot) const { return slots_[static_cast<size_t>(slot)].cached.load(std::memory_order_relaxed); }
 uint64_t Engine::last_used(int slot) const {
   return slots_[static_cast<size_t>(slot)].released_at.load(std::memory_order_relaxed);
+}
+
+void Engine::preempt(SlotRef ref) {
+  if (ref.slot < 0 || ref.slot >= plan_.slots) return;
+  Slot& s = slots_[static_cast<size_t>(ref.slot)];
+  if (s.gen.load() != ref.gen) return;
+  s.preempt_gen.store(ref.gen);
+  wake();
 }
 
 void Engine::cancel_all() {
@@ -345,6 +360,8 @@ int Engine::prefill_remaining(int slot) const {
   if (st != SlotState::Queued && st != SlotState::Prefill) return 0;
   return std::max(0, s.n_prompt_pub.load(std::memory_order_relaxed) - s.n_past.load(std::memory_order_relaxed));
 }
+
+SlotRef Engine::holder(int slot) const { return {slot, slots_[static_cast<size_t>(slot)].gen.load()}; }
 
 uint64_t Engine::submission(int slot) const {
   return slots_[static_cast<size_t>(slot)].seq_pub.load(std::memory_order_relaxed);
@@ -413,6 +430,8 @@ bool Engine::step_once() {
       st = SlotState::Prefill;
     }
     if ((st == SlotState::Prefill || st == SlotState::Decode) && cancelled(s)) finish_slot(s, Finish::Cancelled);
+    else if ((st == SlotState::Prefill || st == SlotState::Decode) && s.preempt_gen.load() == s.gen.load())
+      finish_slot(s, Finish::Preempted);
   }
   // Every decoding slot contributes its latest token.
   for (int i = 0; i < n_slots; ++i) {
@@ -430,6 +449,16 @@ bool Engine::step_once() {
     std::lock_guard<std::mutex> lk(stats_mu_);
     m = stats_.step_model;
   }
+  // Prompts by priority class, then in the order they were submitted: an
+  // earlier request's prompt is never held up by a later one in a lower slot.
+  prefill_order_.clear();
+  for (int i = 0; i < n_slots; ++i)
+    if (slots_[static_cast<size_t>(i)].state.load() == static_cast<uint32_t>(SlotState::Prefill)) prefill_order_.push_back(i);
+  std::sort(prefill_order_.begin(), prefill_order_.end(), [&](int x, int y) {
+    const Slot& a = slots_[static_cast<size_t>(x)];
+    const Slot& b = slots_[static_cast<size_t>(y)];
+    return a.params.priority != b.params.priority ? a.params.priority < b.params.priority : a.seq < b.seq;
+  });
   // The time the decoding streams have banked: each is promised an average
   // of token_allowance per token over its life (its first DecodeHorizon
   // tokens ahead are counted, so a stream that ends early by end-of-text
@@ -441,8 +470,14 @@ bool Engine::step_once() {
   const double allowance = token_allowance(m, opts_);
   if (n_decode > 0 && std::isfinite(allowance)) {
     const auto now = Clock::now();
+    // Only streams at least as urgent as the first prompt waiting are asked:
+    // less urgent ones may slow beyond their promise for it.
+    const int urgency = prefill_order_.empty()
+                            ? std::numeric_limits<int>::max()
+                            : slots_[static_cast<size_t>(prefill_order_.front())].params.priority;
     for (int i : batch_slot_) {
       const Slot& s = slots_[static_cast<size_t>(i)];
+      if (s.params.priority > urgency) continue;
       const int n = static_cast<int>(s.n_out.load());  // tokens so far, >= 1
       const int horizon = std::min(s.max_tokens - 1, n - 1 + kDecodeHorizon);
       const double elapsed = std::chrono::duration<double>(now - s.t_first).count();
@@ -450,14 +485,8 @@ bool Engine::step_once() {
     }
   }
   slack_.store(n_decode > 0 ? slack : std::numeric_limits<double>::infinity(), std::memory_order_relaxed);
-  int budget = prefill_budget(m, n_decode, plan_.step_tokens, opts_, std::isfinite(slack) ? slack : 0.0);
-  // Prompts in the order they were submitted: an earlier request's prompt
-  // is never held up by a later one in a lower slot.
-  prefill_order_.clear();
-  for (int i = 0; i < n_slots; ++i)
-    if (slots_[static_cast<size_t>(i)].state.load() == static_cast<uint32_t>(SlotState::Prefill)) prefill_order_.push_back(i);
-  std::sort(prefill_order_.begin(), prefill_order_.end(),
-            [&](int x, int y) { return slots_[static_cast<size_t>(x)].seq < slots_[static_cast<size_t>(y)].seq; });
+  // (Infinite when no decoding stream is as urgent as the prompt: a full step.)
+  int budget = prefill_budget(m, n_decode, plan_.step_tokens, opts_, slack);
   int n_prefill = 0;
   for (int i : prefill_order_) {
     if (budget <= 0) break;
@@ -479,7 +508,11 @@ bool Engine::step_once() {
   auto logits = forward_->step(batch_);
   if (!logits.ok()) {
     spdlog::error("forward step failed: {}", logits.message());
-    for (int i : batch_slot_) finish_slot(slots_[static_cast<size_t>(i)], Finish::Error);
+    // Every slot with a token in the failed step: a retry would fail again.
+    for (const BatchToken& b : batch_) {
+      Slot& s = slots_[static_cast<size_t>(b.slot)];
+      if (s.finish.load() == 0) finish_slot(s, Finish::Error);
+    }
     return true;
   }
   opts_.pad_step(t0, static_cast<int>(batch_.size()));

@@ -37,7 +37,7 @@
 
 namespace edgelm {
 
-enum class Finish : uint8_t { None = 0, Stop, Length, Cancelled, Error };
+enum class Finish : uint8_t { None = 0, Stop, Length, Cancelled, Error, Preempted };
 
 // One holding of a slot: its index and the generation it was acquired in.
 struct SlotRef {
@@ -58,6 +58,10 @@ struct GenerateParams {
   int reuse = 0;
   // Leave this request's tokens and KV in the slot for later requests.
   bool keep_cache = true;
+  // Priority class, 0 most urgent: prompts are prefilled by class, then in
+  // submission order, and a more urgent prompt's prefill does not wait for
+  // the time less urgent streams have banked (they may slow down for it).
+  int priority = 0;
 };
 
 struct EngineOptions {
@@ -177,6 +181,9 @@ class Engine {
   void cancel(SlotRef ref);
   // Cancels every running request (drain timeout, shutdown).
   void cancel_all();
+  // Ends the request at the next step with the tokens it has, as
+  // Finish::Preempted (its slot is wanted by a more urgent request).
+  void preempt(SlotRef ref);
   // Gives the slot back. If it is still running it is cancelled first and
   // this waits (at most about one step) for the engine to let go of it.
   // Nothing if `ref` is stale (already released).
@@ -194,6 +201,8 @@ class Engine {
   // Prompt tokens a submitted slot still has to prefill (0 once decoding,
   // and for free or reserved slots).
   int prefill_remaining(int slot) const;
+  // The current holding of a slot (its generation); for preemption.
+  SlotRef holder(int slot) const;
   // Submission order of the slot's request (lower was submitted earlier).
   uint64_t submission(int slot) const;
 
@@ -208,6 +217,7 @@ class Engine {
     // The generation to cancel: a stale cancel names an old generation and
     // cannot touch the request that holds the slot now.
     std::atomic<uint64_t> cancel_gen{0};
+    std::atomic<uint64_t> preempt_gen{0};  // the same, for preemption
     std::atomic<uint8_t> finish{0};
     int32_t* tokens = nullptr;     // [ctx]: prompt, then output
     TokenLogprob* lp = nullptr;    // [ctx][1 + kMaxTopLogprobs]: per output token

@@ -48,10 +48,11 @@ double predict_ttft(const StepModel& m, std::span<const int> ahead, int compute,
   int left = remaining(0);
   // One engine step at a time, as step_once packs them: the prompts in
   // order, as many tokens as the step's budget, and each prompt that ends
-  // decodes from the next step on. Bounded: a budget of one token a step
-  // over a full context is still far below the bound.
-  for (int n_steps = 0; n_steps < 1000000; ++n_steps) {
-    const int budget = prefill_budget(m, streams, step_tokens, eo, std::isfinite(slack) ? slack : 0.0);
+  // decodes from the next step on. Bounded, since it runs under the gate's
+  // lock: a first token more than 4096 steps away is not worth predicting
+  // (infinity: refused).
+  for (int n_steps = 0; n_steps < 4096; ++n_steps) {
+    const int budget = prefill_budget(m, streams, step_tokens, eo, slack);
     if (budget <= 0) break;
     int room = budget, taken = 0, finished = 0;
     bool ours_done = false;
@@ -88,7 +89,14 @@ int retry_after_seconds(int min_remaining_tokens, double per_stream_rate) {
 }
 
 Admission::Admission(Engine& engine, const AdmissionOptions& o)
-    : engine_(engine), o_(o), reserved_compute_(static_cast<size_t>(engine.n_slots()), 0) {
+    : engine_(engine),
+      o_(o),
+      reserved_compute_(static_cast<size_t>(engine.n_slots()), 0),
+      slot_class_(static_cast<size_t>(engine.n_slots()), 0) {
+  if (o_.classes.empty()) o_.classes.push_back({"chat", 0});
+  held_.resize(o_.classes.size());
+  admitted_ = std::make_unique<std::atomic<uint64_t>[]>(o_.classes.size());
+  refused_ = std::make_unique<std::atomic<uint64_t>[]>(o_.classes.size());
   waiters_.reserve(static_cast<size_t>(std::max(o_.queue, 0)));
   ahead_.reserve(static_cast<size_t>(engine.n_slots()));
   ahead_tokens_.reserve(static_cast<size_t>(engine.n_slots()));
@@ -104,11 +112,23 @@ Decision Admission::refuse(Reason r) const {
   return d;
 }
 
-int Admission::choose_slot_locked(const Ask& ask, int& reuse) const {
+int Admission::choose_slot_locked(const Ask& ask, int& reuse) {
   // A match is worth a slot when it covers half the prompt or 256 tokens:
   // a few shared header tokens must not make a request overwrite another
   // conversation's cache when an older one could go instead.
   const int n = static_cast<int>(ask.prompt.size());
+  // Slots reserved for more urgent classes and not in use by them stay free.
+  std::fill(held_.begin(), held_.end(), 0);
+  int n_free = 0;
+  for (int i = 0; i < engine_.n_slots(); ++i) {
+    if (engine_.state(i) == Engine::SlotState::Free) ++n_free;
+    else ++held_[static_cast<size_t>(slot_class_[static_cast<size_t>(i)])];
+  }
+  int kept = 0;
+  for (int k = 0; k < ask.cls; ++k)
+    kept += std::max(0, o_.classes[static_cast<size_t>(k)].reserved - held_[static_cast<size_t>(k)]);
+  reuse = 0;
+  if (n_free - kept <= 0) return -1;
   auto useful = [&](int match) { return match > 0 && (2 * match >= n || match >= 256); };
   int best = -1, best_match = 0, lru = -1, lru_match = 0;
   uint64_t lru_age = 0;
@@ -143,14 +163,18 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
   const EngineStats st = engine_.stats();
   // Every held slot (reserved and prefilling ones too) counts as a decoding
   // stream: it will be. Slots are taken only under this lock, so the count
-  // includes every request decided before this one.
+  // includes every request decided before this one. Less urgent classes do
+  // not count against a more urgent request: their streams may slow for it.
+  auto counts = [&](int i) { return slot_class_[static_cast<size_t>(i)] <= ask.cls; };
+  int active = 0;
+  for (int i = 0; i < engine_.n_slots(); ++i) active += engine_.state(i) != Engine::SlotState::Free && counts(i);
   Decision d;
-  d.predicted_rate = predicted_stream_rate(st.step_model, st.active + 1);
+  d.predicted_rate = predicted_stream_rate(st.step_model, active + 1);
   d.rate_floor = stream_rate_floor(o_, st.step_model);
   // With nothing running, one stream is the best this hardware can do:
   // admit it even below the floor, or the server would refuse forever and
   // never measure itself again.
-  if (d.predicted_rate < d.rate_floor && st.active > 0) {
+  if (d.predicted_rate < d.rate_floor && active > 0) {
     Decision r = refuse(Reason::Throughput);
     r.predicted_rate = d.predicted_rate;
     r.rate_floor = d.rate_floor;
@@ -168,32 +192,37 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     ahead_.clear();
     int decoding = 0, n_reserved = 0;
     for (int i = 0; i < engine_.n_slots(); ++i) {
+      if (!counts(i)) continue;
       const auto state = engine_.state(i);
+      // Prefill goes by class, then submission: a (class, order) key.
+      const uint64_t key = (static_cast<uint64_t>(slot_class_[static_cast<size_t>(i)]) << 56) | engine_.submission(i);
       if (state == Engine::SlotState::Decode) ++decoding;
       else if (state == Engine::SlotState::Reserved) ++n_reserved;
-      else if (const int r = engine_.prefill_remaining(i); r > 0) ahead_.push_back({engine_.submission(i), r});
+      else if (const int r = engine_.prefill_remaining(i); r > 0) ahead_.push_back({key, r});
     }
     std::sort(ahead_.begin(), ahead_.end());
     ahead_tokens_.clear();
     for (const auto& [seq, r] : ahead_) ahead_tokens_.push_back(r);
     for (int i = 0; n_reserved > 0 && i < engine_.n_slots(); ++i)
-      if (engine_.state(i) == Engine::SlotState::Reserved) ahead_tokens_.push_back(reserved_compute_[static_cast<size_t>(i)]);
+      if (counts(i) && engine_.state(i) == Engine::SlotState::Reserved)
+        ahead_tokens_.push_back(reserved_compute_[static_cast<size_t>(i)]);
     const int steps = engine_.plan().step_tokens;
     const EngineOptions& eo = engine_.options();
-    const double slack = engine_.decode_slack();
+    // The banked time of the streams that count (none: nothing limits prefill).
+    const double slack = decoding > 0 ? engine_.decode_slack() : std::numeric_limits<double>::infinity();
     d.predicted_ttft = predict_ttft(st.step_model, ahead_tokens_, compute, decoding, steps, eo, slack);
     d.unloaded_ttft = predict_ttft(st.step_model, {}, compute, 0, steps, eo, 0);
     // The unloaded figure assumes an idle engine; a busy one finishes the
     // step it is in before anything new starts, so one step at the current
     // load is allowed on top.
     const double step_now =
-        st.step_model.predict(decoding + prefill_budget(st.step_model, decoding, steps, eo, std::isfinite(slack) ? slack : 0.0));
+        st.step_model.predict(decoding + prefill_budget(st.step_model, decoding, steps, eo, slack));
     d.promised_ttft = o_.max_ttft_slowdown * d.unloaded_ttft + step_now;
     const double planned = o_.ttft_margin * d.predicted_ttft;
     const bool too_slow = (o_.max_ttft_slowdown > 0 && planned > d.promised_ttft) ||
                           (o_.max_ttft_s > 0 && planned > o_.max_ttft_s);
     // An idle server starts a request as soon as it can: nothing would do better.
-    if (too_slow && st.active > 0) {
+    if (too_slow && active > 0) {
       Decision r = refuse(Reason::Ttft);
       // Until the prompts ahead are done, at the rate they are going.
       const double drain =
@@ -211,6 +240,7 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     *reserve = engine_.try_acquire(slot);
     if (!reserve->ok()) return refuse(Reason::Slots);
     reserved_compute_[static_cast<size_t>(slot)] = compute;
+    slot_class_[static_cast<size_t>(slot)] = ask.cls;
     d.reuse = reuse;
   } else if (st.active >= engine_.n_slots()) {
     return refuse(Reason::Slots);
@@ -220,28 +250,65 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
 
 Decision Admission::peek() {
   std::lock_guard<std::mutex> lk(mu_);
+  if (draining_.load()) return refuse(Reason::Draining);
+  if (pressure_.load()) return refuse(Reason::MemoryPressure);
   if (!waiters_.empty()) return refuse(Reason::Slots);
   return decide_locked(Ask{}, nullptr);
 }
 
+int Admission::slot_class(int slot) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return engine_.state(slot) == Engine::SlotState::Free ? -1 : slot_class_[static_cast<size_t>(slot)];
+}
+
+bool Admission::preempt_locked(int cls) {
+  int victim = -1;
+  uint64_t youngest = 0;
+  for (int i = 0; i < engine_.n_slots(); ++i) {
+    const auto state = engine_.state(i);
+    if (slot_class_[static_cast<size_t>(i)] <= cls) continue;
+    if (state != Engine::SlotState::Prefill && state != Engine::SlotState::Decode && state != Engine::SlotState::Queued)
+      continue;
+    if (victim < 0 || engine_.submission(i) > youngest) {
+      victim = i;
+      youngest = engine_.submission(i);
+    }
+  }
+  if (victim < 0) return false;
+  engine_.preempt(engine_.holder(victim));
+  return true;
+}
+
 Decision Admission::admit(const Ask& ask, SlotRef& out, const std::function<bool()>& gone) {
+  Decision d = admit_waiting(ask, out, gone);
+  (d.ok() ? admitted_ : refused_)[static_cast<size_t>(ask.cls)].fetch_add(1);
+  return d;
+}
+
+Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::function<bool()>& gone) {
   using Clock = std::chrono::steady_clock;
   out = {};
   Waiter w;
   w.ask = ask;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    // Nobody overtakes a waiter: with a queue, a newcomer decides only when
-    // no one is waiting.
-    if (waiters_.empty()) {
+    // Nobody overtakes a waiter of its class or a more urgent one: a
+    // newcomer decides at once only when no such request is waiting.
+    const bool behind = std::any_of(waiters_.begin(), waiters_.end(), [&](const Waiter* x) { return x->ask.cls <= ask.cls; });
+    if (!behind) {
       Decision d = decide_locked(ask, &out);
       if (d.ok() || d.reason != Reason::Slots) return d;
     }
-    if (static_cast<int>(waiters_.size()) >= o_.queue) return refuse(Reason::Slots);
+    // A request that finds no slot may end a less urgent stream and wait
+    // for its slot (beyond the queue's length: it has made its own room).
+    const bool preempting = o_.preempt && !behind && preempt_locked(ask.cls);
+    if (!preempting && static_cast<int>(waiters_.size()) >= o_.queue) return refuse(Reason::Slots);
     waiters_.push_back(&w);
     queued_.store(static_cast<int>(waiters_.size()));
+    w.d.preempted = preempting;
   }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.queue_timeout_s * 1000));
+  const double wait_s = o_.queue > 0 ? o_.queue_timeout_s : 10.0;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     // Short waits: the hand-off notifies at once; the timeout only bounds
@@ -273,13 +340,18 @@ Decision Admission::admit(const Ask& ask, SlotRef& out, const std::function<bool
 
 void Admission::hand_off_locked() {
   while (!waiters_.empty()) {
-    Waiter* w = waiters_.front();
+    // The most urgent class first, first come first served within it.
+    auto it = waiters_.begin();
+    for (auto j = waiters_.begin(); j != waiters_.end(); ++j)
+      if ((*j)->ask.cls < (*it)->ask.cls) it = j;
+    Waiter* w = *it;
     SlotRef ref;
     Decision d = decide_locked(w->ask, &ref);
-    if (!d.ok() && d.reason == Reason::Slots) return;  // still full: the oldest keeps its place
+    if (!d.ok() && d.reason == Reason::Slots) return;  // still full: the first in line keeps its place
     // Admitted, or refused by a check that has changed since it queued
     // (throughput, memory pressure, draining): either way it is answered now.
-    waiters_.erase(waiters_.begin());
+    d.preempted = w->d.preempted;
+    waiters_.erase(it);
     queued_.store(static_cast<int>(waiters_.size()));
     w->granted = ref;
     w->d = d;

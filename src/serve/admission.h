@@ -24,6 +24,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <mutex>
 #include <span>
 #include <string_view>
@@ -37,7 +39,19 @@ enum class Reason : uint8_t { None = 0, Slots, Throughput, MemoryPressure, Drain
 std::string_view reason_name(Reason r);
 constexpr int kReasonCount = 7;
 
+// A priority class: requests of the more urgent classes (earlier in
+// AdmissionOptions::classes) are admitted first.
+struct ClassSpec {
+  std::string name;
+  int reserved = 0;  // slots only this class (or a more urgent one) may take
+};
+
 struct AdmissionOptions {
+  // Most urgent first. With one class every request is equal.
+  std::vector<ClassSpec> classes = {{"chat", 0}};
+  // A request of a class that finds no slot may end the youngest stream of
+  // a less urgent class (Finish::Preempted) and take its slot.
+  bool preempt = false;
   double min_stream_rate = 5.0;  // tokens/s every admitted stream must keep
   // ... and at least 1 / max_slowdown of what a lone stream gets (0: off).
   double max_slowdown = 2.0;
@@ -60,6 +74,7 @@ struct Decision {
   double predicted_rate = 0;  // tokens/s per stream if admitted (throughput gate)
   double rate_floor = 0;      // the tokens/s every stream was promised when this was decided
   bool waited = false;        // the request waited in the queue
+  bool preempted = false;     // it took the slot of a less urgent stream
   int reuse = 0;              // prompt tokens the granted slot already holds
   double predicted_ttft = 0;  // seconds to the first token, waiting included
   double unloaded_ttft = 0;   // the same on an idle server
@@ -72,6 +87,7 @@ struct Ask {
   std::span<const int32_t> prompt;  // after truncation
   int max_tokens = 0;               // after clamping to the slot
   bool reuse = true;                // may start from a slot's cached prefix
+  int cls = 0;                      // index into AdmissionOptions::classes
 };
 
 // The throughput model, separate from the engine so it can be tested with
@@ -127,6 +143,11 @@ class Admission {
   void release(SlotRef ref);
   // Would a request be admitted now? Reserves nothing (for /ready).
   Decision peek();
+  // The class of the request holding `slot` (-1 when free).
+  int slot_class(int slot) const;
+  // Admitted and refused requests of each class.
+  uint64_t admitted(int cls) const { return admitted_[static_cast<size_t>(cls)].load(); }
+  uint64_t refused(int cls) const { return refused_[static_cast<size_t>(cls)].load(); }
 
   void set_draining();
   bool draining() const { return draining_.load(); }
@@ -147,7 +168,7 @@ class Admission {
   Decision decide_locked(const Ask& ask, SlotRef* reserve);
   // The free slot for `ask`: the one with the longest useful cached prefix,
   // else the least recently used; -1 when none is free. Sets `reuse`.
-  int choose_slot_locked(const Ask& ask, int& reuse) const;
+  int choose_slot_locked(const Ask& ask, int& reuse);
   // Hands free slots to waiters, oldest first, while the gate admits them.
   void hand_off_locked();
   Decision refuse(Reason r) const;
@@ -162,6 +183,13 @@ class Admission {
   // Scratch of decide_locked (capacity n_slots, reserved once).
   std::vector<std::pair<uint64_t, int>> ahead_;  // (submission order, tokens left)
   std::vector<int> ahead_tokens_;
+  std::vector<int> slot_class_;  // class of each held slot (set when reserved)
+  std::vector<int> held_;        // scratch: held slots per class
+  std::unique_ptr<std::atomic<uint64_t>[]> admitted_, refused_;  // per class
+  // Finds the youngest stream of a class less urgent than `cls` and asks the
+  // engine to end it; true if one was found.
+  bool preempt_locked(int cls);
+  Decision admit_waiting(const Ask& ask, SlotRef& out, const std::function<bool()>& gone);
   std::atomic<bool> draining_{false};
   std::atomic<bool> pressure_{false};
   std::atomic<int> queued_{0};

@@ -89,7 +89,8 @@ bool same_endpoint(const sockaddr_storage& a, const std::string& ip, int port) {
   } else {
     return false;
   }
-  return p == port && ip == buf;
+  // httplib writes an IPv6 scope (fe80::1%eth0); inet_ntop does not.
+  return p == port && ip.substr(0, ip.find('%')) == buf;
 }
 
 int find_connection(const httplib::Request& req) {
@@ -118,9 +119,11 @@ int find_connection(const httplib::Request& req) {
 bool ClientWatch::gone() {
   if (fd_ == -2) fd_ = find_connection(req_);
   if (fd_ < 0) return false;
-  pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+  // Not POLLRDHUP: a client that half-closes after sending its request
+  // still waits for the answer.
+  pollfd p{fd_, POLLIN, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
   if (p.revents & POLLIN) {
     char c;
     return ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;

@@ -65,6 +65,13 @@ std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a
   o += "# HELP edgelm_request_ends_total Admitted requests by how they ended.\n# TYPE edgelm_request_ends_total counter\n";
   for (size_t i = 0; i < Metrics::kEnds.size(); ++i)
     o += fmt::format("edgelm_request_ends_total{{end=\"{}\"}} {}\n", Metrics::kEnds[i], m.ends[i].load());
+  o += "# HELP edgelm_class_requests_total Requests decided by the gate, by priority class and result.\n"
+       "# TYPE edgelm_class_requests_total counter\n";
+  for (size_t c = 0; c < a.options().classes.size(); ++c) {
+    const std::string& name = a.options().classes[c].name;
+    o += fmt::format("edgelm_class_requests_total{{class=\"{}\",result=\"admitted\"}} {}\n", name, a.admitted(static_cast<int>(c)));
+    o += fmt::format("edgelm_class_requests_total{{class=\"{}\",result=\"refused\"}} {}\n", name, a.refused(static_cast<int>(c)));
+  }
   o += "# HELP edgelm_rejections_total Requests refused at admission, by reason.\n"
        "# TYPE edgelm_rejections_total counter\n";
   for (int r = 1; r < kReasonCount; ++r)
@@ -74,8 +81,12 @@ std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a
   counter("edgelm_prompt_tokens_dropped_total", "Prompt tokens removed by truncation.", m.prompt_tokens_dropped.load());
   counter("edgelm_prompt_tokens_reused_total", "Prompt tokens taken from a slot's cached prefix instead of computed.",
           m.prompt_tokens_reused.load());
-  counter("edgelm_prompt_tokens_computed_total", "Prompt tokens prefilled.",
-          m.prompt_tokens.load() - m.prompt_tokens_reused.load());
+  {
+    // Reused first: it is added after the total, so this order never wraps.
+    const uint64_t reused = m.prompt_tokens_reused.load();
+    const uint64_t total = m.prompt_tokens.load();
+    counter("edgelm_prompt_tokens_computed_total", "Prompt tokens prefilled.", total > reused ? total - reused : 0);
+  }
   counter("edgelm_generated_tokens_total", "Tokens generated and sent.", m.generated_tokens.load());
   counter("edgelm_client_disconnects_total", "Requests whose client went away before the end.", m.client_disconnects.load());
   counter("edgelm_connections_refused_total", "Connections refused over the connection cap.", m.connections_refused.load());

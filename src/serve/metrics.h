@@ -43,7 +43,7 @@ struct Metrics {
   std::atomic<uint64_t> client_disconnects{0};
   // Admitted requests by how they ended (Finish, and `disconnected` for a
   // client that left before the end).
-  static constexpr std::array<const char*, 5> kEnds = {"stop", "length", "cancelled", "error", "disconnected"};
+  static constexpr std::array<const char*, 6> kEnds = {"stop", "length", "cancelled", "error", "disconnected", "preempted"};
   std::array<std::atomic<uint64_t>, kEnds.size()> ends{};
   std::atomic<uint64_t> connections_refused{0};
   Histogram ttft;

@@ -87,8 +87,13 @@ struct Server::Impl {
 
   void routes();
   void reply_error(httplib::Response& res, const ApiError& e, int retry_after = 0);
-  void refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id);
+  void refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id,
+              std::string_view cls);
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  // The request's priority class (an index into the gate's classes).
+  int class_of(const httplib::Request& req) const;
+  int class_index(std::string_view name) const;  // -1: no such class
+  const std::string& class_name(int cls) const { return adm.options().classes[static_cast<size_t>(cls)].name; }
   void watch_memory();
 };
 
@@ -98,7 +103,8 @@ void Server::Impl::reply_error(httplib::Response& res, const ApiError& e, int re
   res.set_content(error_json(e), "application/json");
 }
 
-void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id) {
+void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id,
+                          std::string_view cls) {
   const bool unavailable = d.reason == Reason::Draining || d.reason == Reason::MemoryPressure;
   ApiError e;
   e.status = unavailable ? 503 : 429;
@@ -121,18 +127,38 @@ void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time
   reply_error(res, e, d.retry_after_s);
   metrics.count_rejection(d.reason);
   metrics.rejection_seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
-  spdlog::info("admit reject req={} reason={} active={}/{} queued={} waited={} retry_after={} ttft_pred_ms={:.0f}",
-               req_id, reason_name(d.reason), engine.active_slots(), engine.n_slots(), adm.queued(), d.waited,
+  spdlog::info("admit reject req={} class={} reason={} active={}/{} queued={} waited={} retry_after={} ttft_pred_ms={:.0f}",
+               req_id, cls, reason_name(d.reason), engine.active_slots(), engine.n_slots(), adm.queued(), d.waited,
                d.retry_after_s, 1000 * d.predicted_ttft);
+}
+
+int Server::Impl::class_index(std::string_view name) const {
+  const auto& cs = adm.options().classes;
+  for (size_t i = 0; i < cs.size(); ++i)
+    if (cs[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int Server::Impl::class_of(const httplib::Request& req) const {
+  const int dflt = std::max(class_index(o.default_class), 0);
+  const std::string auth = req.get_header_value("Authorization");
+  for (const auto& [key, cls] : o.api_key_classes)
+    if (auth == "Bearer " + key) return std::max(class_index(cls), 0);
+  if (o.class_header && req.has_header("X-Priority")) {
+    const int c = class_index(req.get_header_value("X-Priority"));
+    return c >= 0 ? c : dflt;  // an unknown class name is the default class
+  }
+  return dflt;
 }
 
 void Server::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   const auto t0 = Clock::now();
   const std::string id = random_id(chat ? "chatcmpl" : "cmpl");
+  const int cls = class_of(req);
   // Refuse at once what no work could admit, before parsing anything.
   if (adm.draining() || adm.memory_pressure()) {
     const Decision d = adm.peek();
-    if (!d.ok()) return refuse(res, d, t0, id);
+    if (!d.ok()) return refuse(res, d, t0, id, class_name(cls));
   }
 
   // Parse, render, tokenize and truncate before a slot is taken: the gate
@@ -182,28 +208,38 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   ClientWatch watch(req);
   SlotRef ref;
   Ask ask;
+  ask.cls = cls;
+  gp.priority = cls;
   ask.prompt = prompt.tokens;
   ask.max_tokens = gp.max_tokens;
   ask.reuse = o.prompt_cache && r.cache_prompt;
   const Decision d = adm.admit(ask, ref, [&] { return watch.gone(); });
-  if (!d.ok()) return refuse(res, d, t0, id);
+  if (!d.ok()) return refuse(res, d, t0, id, class_name(cls));
+  // The slot is ours: every way out of this function gives it back, until
+  // the stream takes it over.
+  struct Held {
+    Admission& adm;
+    SlotRef ref;
+    bool passed = false;
+    ~Held() {
+      if (!passed) adm.release(ref);
+    }
+  } held{adm, ref};
   gp.reuse = d.reuse;
   gp.keep_cache = o.prompt_cache && r.cache_prompt;
   if (!r.seed_given) gp.sampling.seed = static_cast<uint64_t>(t0.time_since_epoch().count()) ^ ref.gen;
-  if (Status st = engine.submit(ref, prompt.tokens, gp); !st.ok()) {
-    adm.release(ref);
+  if (Status st = engine.submit(ref, prompt.tokens, gp); !st.ok())
     return reply_error(res, {400, "invalid_request_error", "invalid_request", st.message(), ""});
-  }
   metrics.prompt_tokens.fetch_add(static_cast<uint64_t>(n_prompt));
   metrics.prompt_tokens_reused.fetch_add(static_cast<uint64_t>(d.reuse));
   metrics.predicted_ttft.observe(d.predicted_ttft);
   res.set_header("X-Edgelm-Predicted-Ttft-Ms", fmt::format("{:.0f}", 1000 * d.predicted_ttft));
   metrics.prompt_tokens_dropped.fetch_add(static_cast<uint64_t>(prompt.dropped));
   spdlog::info(
-      "admit accept req={} slot={} active={}/{} prompt={} cached={} dropped={} max_tokens={} stream={} waited={} "
-      "ttft_pred_ms={:.0f} ttft_unloaded_ms={:.0f}",
-      id, ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, d.reuse, prompt.dropped, gp.max_tokens, r.stream,
-      d.waited, 1000 * d.predicted_ttft, 1000 * d.unloaded_ttft);
+      "admit accept req={} class={} slot={} active={}/{} prompt={} cached={} dropped={} max_tokens={} stream={} "
+      "waited={} preempted={} ttft_pred_ms={:.0f} ttft_unloaded_ms={:.0f}",
+      id, class_name(cls), ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, d.reuse, prompt.dropped, gp.max_tokens, r.stream,
+      d.waited, d.preempted, 1000 * d.predicted_ttft, 1000 * d.unloaded_ttft);
 
   StreamSpec sp;
   sp.id = id;
@@ -218,6 +254,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   sp.cached = d.reuse;
   sp.stops = std::move(r.stop);
   sp.t0 = t0;
+  held.passed = true;
   stream_response(res, StreamDeps{engine, adm, metrics, o.heartbeat_ms}, std::move(sp), ref);
 }
 
@@ -235,9 +272,11 @@ void Server::Impl::routes() {
       reply_error(res, {503, "server_unavailable", "too_many_connections", "too many open connections", ""}, 1);
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (!o.api_key.empty() && req.path != "/health" && req.path != "/ready") {
-      const std::string want = "Bearer " + o.api_key;
-      if (req.get_header_value("Authorization") != want) {
+    if ((!o.api_key.empty() || !o.api_key_classes.empty()) && req.path != "/health" && req.path != "/ready") {
+      const std::string got = req.get_header_value("Authorization");
+      bool valid = !o.api_key.empty() && got == "Bearer " + o.api_key;
+      for (const auto& [key, cls] : o.api_key_classes) valid = valid || got == "Bearer " + key;
+      if (!valid) {
         reply_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer ...)", ""});
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -295,6 +334,7 @@ void Server::Impl::routes() {
         j["max_tokens"] = engine.max_tokens(i);
       }
       j["cached_tokens"] = engine.cached_tokens(i);
+      if (const int c = adm.slot_class(i); c >= 0) j["class"] = class_name(c);
       arr.push_back(j);
     }
     json_reply(res, arr);

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/engine.h"
@@ -28,6 +30,12 @@ struct ServerOptions {
   std::string chat_template;            // a built-in format by name; "" = the model's own template
   std::string chat_template_file;       // a Jinja template file that replaces the model's
   std::string api_key;                  // "" = no authentication
+  // Priority classes: a request's class from its API key (each such key is
+  // also a valid API key), else from X-Priority when the operator trusts
+  // it, else the default (AdmissionOptions::classes names them).
+  std::vector<std::pair<std::string, std::string>> api_key_classes;  // key, class
+  bool class_header = false;
+  std::string default_class = "chat";
   AdmissionOptions admission;
   Truncate truncate = Truncate::KeepEnd;
   bool prompt_cache = true;             // reuse a free slot's cached prefix (--no-prompt-cache: off)

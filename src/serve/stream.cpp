@@ -60,7 +60,7 @@ ApiError ended_early(Finish f) {
   return {500, "server_error", "engine_error", "the engine failed while generating this answer", ""};
 }
 
-bool ended_normally(Finish f) { return f == Finish::Stop || f == Finish::Length; }
+bool ended_normally(Finish f) { return f == Finish::Stop || f == Finish::Length || f == Finish::Preempted; }
 
 }  // namespace
 
@@ -139,8 +139,10 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
         s->fin = s->stopped_by_string ? Finish::Stop : fin;
         // Every token is read: the slot is free before the last bytes go
         // out. Nothing below touches the slot again (a stale reference could
-        // not harm its next holder anyway).
-        s->release_slot();
+        // not harm its next holder anyway). A stop string ended it while the
+        // engine still runs it: the releaser gives it back after the last
+        // bytes, so they do not wait for the engine's step.
+        if (engine_done) s->release_slot();
       }
       const bool failed = s->finished && !ended_normally(s->fin);
       if (sp.stream) {

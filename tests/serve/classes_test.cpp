@@ -1,0 +1,144 @@
+// Priority classes: slots reserved for the sensors, the class from an API
+// key or the X-Priority header, the queue served by class, and preemption.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "server_fixture.h"
+
+namespace edgelm {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using test::chat_body;
+using test::LiveServer;
+
+LiveServer::Options two_classes(int slots, int reserve_sensor) {
+  LiveServer::Options o;
+  o.slots = slots;
+  o.step_ms = 10;
+  o.server.admission.classes = {{"sensor", reserve_sensor}, {"chat", 0}};
+  o.server.default_class = "chat";
+  o.server.class_header = true;
+  return o;
+}
+
+httplib::Result post(const LiveServer& s, const std::string& body, const std::string& cls = "",
+                     const std::string& key = "") {
+  httplib::Headers h;
+  if (!cls.empty()) h.emplace("X-Priority", cls);
+  if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+  return s.client().Post("/v1/chat/completions", h, body, "application/json");
+}
+
+bool wait_until(const std::function<bool()>& f, double seconds) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!f()) {
+    if (Clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+TEST(Classes, AReservedSlotIsKeptForTheSensors) {
+  LiveServer s(two_classes(2, 1));
+  auto chat = std::async(std::launch::async, [&] { return post(s, chat_body("long", 40, false)); });
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+  // The other slot is the sensors': a second chat request is refused ...
+  auto r = post(s, chat_body("more", 4, false));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << r->body;
+  // ... an unknown class name is the default class, refused too ...
+  r = post(s, chat_body("more", 4, false), "nonsense");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  // ... and a sensor request gets it.
+  r = post(s, chat_body("alarm", 4, false), "sensor");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(chat.get()->status, 200);
+  EXPECT_EQ(s.server->admission().admitted(0), 1u);
+  EXPECT_EQ(s.server->admission().refused(1), 2u);
+  auto m = s.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("edgelm_class_requests_total{class=\"sensor\",result=\"admitted\"} 1"), std::string::npos);
+  EXPECT_NE(m->body.find("edgelm_class_requests_total{class=\"chat\",result=\"refused\"} 2"), std::string::npos);
+}
+
+TEST(Classes, AnApiKeyNamesTheClassAndIsAValidKey) {
+  LiveServer::Options o = two_classes(2, 1);
+  o.server.class_header = false;  // the header is not trusted: only keys count
+  o.server.api_key = "sk-main";
+  o.server.api_key_classes = {{"sk-sensor", "sensor"}};
+  LiveServer s(o);
+  auto chat = std::async(std::launch::async, [&] { return post(s, chat_body("long", 40, false), "", "sk-main"); });
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+  auto r = post(s, chat_body("x", 4, false), "sensor", "sk-main");  // header ignored
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  r = post(s, chat_body("x", 4, false), "", "sk-sensor");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  r = post(s, chat_body("x", 4, false), "", "sk-wrong");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(chat.get()->status, 200);
+}
+
+TEST(Classes, TheQueueServesTheMoreUrgentClassFirst) {
+  LiveServer::Options o = two_classes(1, 0);
+  o.server.admission.queue = 4;
+  o.server.admission.queue_timeout_s = 20;
+  LiveServer s(o);
+  auto holder = std::async(std::launch::async, [&] { return post(s, chat_body("hold", 20, false)); });
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+  std::mutex mu;
+  std::vector<std::string> order;
+  auto waiter = [&](std::string cls) {
+    return std::async(std::launch::async, [&, cls] {
+      auto r = post(s, chat_body("w", 3, false), cls);
+      std::lock_guard<std::mutex> lk(mu);
+      order.push_back(cls);
+      return r ? r->status : -1;
+    });
+  };
+  auto a = waiter("chat");
+  ASSERT_TRUE(wait_until([&] { return s.server->admission().queued() == 1; }, 5));
+  auto b = waiter("sensor");
+  ASSERT_TRUE(wait_until([&] { return s.server->admission().queued() == 2; }, 5));
+  EXPECT_EQ(holder.get()->status, 200);
+  EXPECT_EQ(a.get(), 200);
+  EXPECT_EQ(b.get(), 200);
+  EXPECT_EQ(order, (std::vector<std::string>{"sensor", "chat"}));
+}
+
+TEST(Classes, PreemptionEndsTheYoungestLessUrgentStream) {
+  LiveServer::Options o = two_classes(1, 0);
+  o.server.admission.preempt = true;
+  LiveServer s(o);
+  auto chat = std::async(std::launch::async, [&] { return post(s, chat_body("long", 200, false)); });
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto r = post(s, chat_body("alarm", 4, false), "sensor");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  auto c = chat.get();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->status, 200);
+  const json j = json::parse(c->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "preempted") << c->body;
+  EXPECT_LT(j["usage"]["completion_tokens"].get<int>(), 200);
+  EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 0);
+  // A request of the same class does not preempt: it is refused.
+  auto busy = std::async(std::launch::async, [&] { return post(s, chat_body("long", 100, false)); });
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+  r = post(s, chat_body("x", 4, false));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(busy.get()->status, 200);
+}
+
+}  // namespace
+}  // namespace edgelm
