@@ -361,6 +361,11 @@ int Engine::prefill_remaining(int slot) const {
   return std::max(0, s.n_prompt_pub.load(std::memory_order_relaxed) - s.n_past.load(std::memory_order_relaxed));
 }
 
+bool Engine::preempt_pending(int slot) const {
+  const Slot& s = slots_[static_cast<size_t>(slot)];
+  return s.preempt_gen.load() == s.gen.load();
+}
+
 SlotRef Engine::holder(int slot) const { return {slot, slots_[static_cast<size_t>(slot)].gen.load()}; }
 
 uint64_t Engine::submission(int slot) const {

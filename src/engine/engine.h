@@ -203,6 +203,8 @@ class Engine {
   int prefill_remaining(int slot) const;
   // The current holding of a slot (its generation); for preemption.
   SlotRef holder(int slot) const;
+  // The slot's request has been asked to make way (preempt) and has not yet.
+  bool preempt_pending(int slot) const;
   // Submission order of the slot's request (lower was submitted earlier).
   uint64_t submission(int slot) const;
 

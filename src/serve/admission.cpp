@@ -174,7 +174,8 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
   // With nothing running, one stream is the best this hardware can do:
   // admit it even below the floor, or the server would refuse forever and
   // never measure itself again.
-  if (d.predicted_rate < d.rate_floor && active > 0) {
+  const bool exempt = ask.cls < o_.default_class;
+  if (d.predicted_rate < d.rate_floor && active > 0 && !exempt) {
     Decision r = refuse(Reason::Throughput);
     r.predicted_rate = d.predicted_rate;
     r.rate_floor = d.rate_floor;
@@ -222,7 +223,7 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     const bool too_slow = (o_.max_ttft_slowdown > 0 && planned > d.promised_ttft) ||
                           (o_.max_ttft_s > 0 && planned > o_.max_ttft_s);
     // An idle server starts a request as soon as it can: nothing would do better.
-    if (too_slow && active > 0) {
+    if (too_slow && active > 0 && !exempt) {
       Decision r = refuse(Reason::Ttft);
       // Until the prompts ahead are done, at the rate they are going.
       const double drain =
@@ -269,6 +270,7 @@ bool Admission::preempt_locked(int cls) {
     if (slot_class_[static_cast<size_t>(i)] <= cls) continue;
     if (state != Engine::SlotState::Prefill && state != Engine::SlotState::Decode && state != Engine::SlotState::Queued)
       continue;
+    if (engine_.preempt_pending(i)) continue;  // already making way for someone
     if (victim < 0 || engine_.submission(i) > youngest) {
       victim = i;
       youngest = engine_.submission(i);
@@ -301,7 +303,9 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
     }
     // A request that finds no slot may end a less urgent stream and wait
     // for its slot (beyond the queue's length: it has made its own room).
-    const bool preempting = o_.preempt && !behind && preempt_locked(ask.cls);
+    // Waiters ahead of it have made their own room, so it looks for
+    // another stream to end.
+    const bool preempting = o_.preempt && preempt_locked(ask.cls);
     if (!preempting && static_cast<int>(waiters_.size()) >= o_.queue) return refuse(Reason::Slots);
     waiters_.push_back(&w);
     queued_.store(static_cast<int>(waiters_.size()));

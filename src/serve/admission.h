@@ -52,6 +52,10 @@ struct AdmissionOptions {
   // A request of a class that finds no slot may end the youngest stream of
   // a less urgent class (Finish::Preempted) and take its slot.
   bool preempt = false;
+  // Requests of classes more urgent than this one (an index) are not
+  // refused by the throughput and first-token checks: for a sensor's
+  // alarm a late answer beats a 429, and less urgent streams slow for it.
+  int default_class = 0;
   double min_stream_rate = 5.0;  // tokens/s every admitted stream must keep
   // ... and at least 1 / max_slowdown of what a lone stream gets (0: off).
   double max_slowdown = 2.0;

@@ -407,7 +407,12 @@ void Server::Impl::watch_memory() {
 Server::Server(Engine& engine, const ServerOptions& o)
     : engine_(engine),
       o_(o),
-      admission_(std::make_unique<Admission>(engine, o.admission)),
+      admission_(std::make_unique<Admission>(engine, [&o] {
+        AdmissionOptions a = o.admission;
+        for (size_t i = 0; i < a.classes.size(); ++i)
+          if (a.classes[i].name == o.default_class) a.default_class = static_cast<int>(i);
+        return a;
+      }())),
       metrics_(std::make_unique<Metrics>()) {
   impl_ = std::make_unique<Impl>(*this);
   ChatRendererChoice tmpl = ChatRenderer::for_model(engine.tokenizer(), o.chat_template, o.chat_template_file);
