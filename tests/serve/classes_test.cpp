@@ -14,6 +14,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using test::chat_body;
 using test::LiveServer;
+using test::wait_until;
 
 LiveServer::Options two_classes(int slots, int reserve_sensor) {
   LiveServer::Options o;
@@ -31,15 +32,6 @@ httplib::Result post(const LiveServer& s, const std::string& body, const std::st
   if (!cls.empty()) h.emplace("X-Priority", cls);
   if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
   return s.client().Post("/v1/chat/completions", h, body, "application/json");
-}
-
-bool wait_until(const std::function<bool()>& f, double seconds) {
-  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
-  while (!f()) {
-    if (Clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
 }
 
 TEST(Classes, AReservedSlotIsKeptForTheSensors) {

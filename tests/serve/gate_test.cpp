@@ -22,6 +22,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using test::chat_body;
 using test::LiveServer;
+using test::wait_until;
 
 // Posts `body`, reads until `hang_up_after` SSE events have arrived (then
 // closes at once) or the server closes. Returns the status line's code and
@@ -62,15 +63,6 @@ std::vector<json> events_of(const std::string& raw) {
     if (!j.is_discarded()) out.push_back(std::move(j));
   }
   return out;
-}
-
-bool wait_until(const std::function<bool()>& f, double seconds) {
-  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
-  while (!f()) {
-    if (Clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
 }
 
 // Waiters get the slot in the order they came, each as soon as it frees.
