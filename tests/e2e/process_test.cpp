@@ -275,3 +275,29 @@ TEST(Process, ConnectionFloodBeyondTheCap) {
 
 }  // namespace
 }  // namespace edgelm
+
+namespace edgelm {
+namespace {
+
+// `edgelm template` prints the rendered prompt exactly (nothing added) and
+// exits 1 when the template raises or cannot be parsed.
+TEST(Process, TemplateCommandPrintsThePromptExactly) {
+  const std::string tmpl = test::temp_path("cmd-template.jinja");
+  std::ofstream(tmpl) << "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}"
+                         "{% endif %}[{{ m.role }}]{{ m.content }}{% endfor %}{% if add_generation_prompt %}[assistant]"
+                         "{% endif %}";
+  const std::string msgs = test::temp_path("cmd-template.json");
+  std::ofstream(msgs) << R"({"messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}],)"
+                      << R"("add_generation_prompt":true})";
+  Proc ok({"template", "-m", tiny_model(), "--chat-template-file", tmpl, "--messages", msgs}, "template-ok");
+  EXPECT_EQ(ok.wait(30), 0) << ok.output();
+  EXPECT_EQ(ok.output(), "[system]S[user]hi[assistant]");
+  const std::string bad = test::temp_path("cmd-template-bad.jinja");
+  std::ofstream(bad) << "line one\n{% frobnicate %}";
+  Proc parse_error({"template", "-m", tiny_model(), "--chat-template-file", bad, "--messages", msgs}, "template-bad");
+  EXPECT_EQ(parse_error.wait(30), 1);
+  EXPECT_NE(parse_error.output().find("line 2"), std::string::npos) << parse_error.output();
+}
+
+}  // namespace
+}  // namespace edgelm
