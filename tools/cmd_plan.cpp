@@ -22,11 +22,12 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
   j["kv_type"] = std::string(dtype_name(p.kv_type));
   j["step_tokens"] = p.step_tokens;
   j["bytes"] = {{"weights", p.weights},       {"kv", p.kv},       {"scratch", p.scratch},
-                {"sampler", p.sampler},       {"slot_state", p.slot_state}, {"extra", p.extra},
+                {"sampler", p.sampler},       {"slot_state", p.slot_state}, {"pinned", p.pinned}, {"extra", p.extra},
                 {"process", p.baseline},
                 {"total", p.total},           {"budget", p.budget.bytes}};
   j["kv_bytes_per_token"] = p.kv_per_token;
   j["kv_bytes_per_slot"] = p.kv_per_slot;
+  j["pinned_tokens"] = p.pinned_tokens;
   j["headroom"] = p.headroom();
   j["budget_source"] = p.budget.source;
   nlohmann::json items = nlohmann::json::array();
@@ -84,6 +85,7 @@ void add_plan_command(CLI::App& app) {
   auto opts = std::make_shared<PlanFlags>();
   auto json = std::make_shared<bool>(false);
   add_plan_flags(cmd, *opts);
+  add_system_prompt_flags(cmd, *opts, true);
   auto* json_opt = cmd->add_flag("--json", *json, "Print the plan as JSON");
   auto systemd = std::make_shared<bool>(false);
   cmd->add_flag("--systemd", *systemd,
@@ -109,6 +111,13 @@ void add_plan_command(CLI::App& app) {
       set_exit_code(1);
       return;
     }
+    auto pinned = pinned_prefix_from_flags(*tok, *opts);
+    if (!pinned.ok()) {
+      fmt::print(stderr, "error: {}\n", pinned.message());
+      set_exit_code(1);
+      return;
+    }
+    opts->pinned_tokens = static_cast<int>(pinned->size());
     auto plan = plan_from_flags(**m, *opts, extra);
     if (!plan.ok()) {
       fmt::print(stderr, "error: {}\n", plan.message());

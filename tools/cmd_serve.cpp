@@ -123,6 +123,15 @@ int serve_main(ServeFlags f) {
     fmt::print(stderr, "error: {}\n", tok.message());
     return 1;
   }
+  // The pinned system prompt, rendered as the server will render chats.
+  f.plan.chat_template = f.server.chat_template;
+  f.plan.chat_template_file = f.server.chat_template_file;
+  auto pinned = pinned_prefix_from_flags(*tok, f.plan);
+  if (!pinned.ok()) {
+    fmt::print(stderr, "error: {}\n", pinned.message());
+    return 1;
+  }
+  f.plan.pinned_tokens = static_cast<int>(pinned->size());
   // The HTTP side's buffers are part of the plan; with --slots unset they
   // are sized for the largest slot count the budget could hold.
   const int slots_for_buffers = f.plan.slots > 0 ? f.plan.slots : 64;
@@ -157,6 +166,14 @@ int serve_main(ServeFlags f) {
     return 1;
   }
   Engine& e = **engine;
+  if (!pinned->empty()) {
+    if (Status st = e.pin_prefix(*pinned); !st.ok()) {
+      fmt::print(stderr, "error: {}\n", st.message());
+      return 1;
+    }
+    spdlog::info("[INIT] pinned the system prompt from {}: {} tokens, {} of KV", f.plan.system_prompt_file,
+                 pinned->size(), format_bytes(plan->pinned));
+  }
   spdlog::info("[INIT] KV reserved: {} for {} slots x {} ({} B/token, {})", format_bytes(plan->kv), plan->slots,
                plan->ctx, plan->kv_per_token, dtype_name(plan->kv_type));
   spdlog::info("[INIT] plan: {}", plan_one_line(*plan));
@@ -216,6 +233,7 @@ void add_serve_command(CLI::App& app) {
       ->force_callback();
   add_plan_flags(cmd, f->plan);
   add_engine_flags(cmd, f->plan);
+  add_system_prompt_flags(cmd, f->plan, false);
   auto& s = f->server;
   cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", s.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));

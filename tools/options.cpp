@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "core/sysmem.h"
+#include "serve/chat_renderer.h"
+#include "serve/prompt.h"
 
 namespace edgelm::tools {
 
@@ -26,6 +28,33 @@ void add_plan_flags(CLI::App* cmd, PlanFlags& f, bool model_required) {
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   cmd->add_option("--threads", f.threads, "Worker threads (default: physical cores)")->check(CLI::Range(0, 1024));
+}
+
+void add_system_prompt_flags(CLI::App* cmd, PlanFlags& f, bool template_flags) {
+  cmd->add_option("--system-prompt-file", f.system_prompt_file,
+                  "A system prompt (the text of the system message) whose KV is computed once at start and kept in a "
+                  "pinned region of the plan: every request that begins with it starts from there");
+  if (!template_flags) return;
+  cmd->add_option("--chat-template", f.chat_template,
+                  "With --system-prompt-file: render it with this built-in format (chatml, llama3, ...) as serve would");
+  cmd->add_option("--chat-template-file", f.chat_template_file,
+                  "With --system-prompt-file: render it with this Jinja template file as serve would");
+}
+
+Result<std::vector<int32_t>> pinned_prefix_from_flags(const tokenizer::Tokenizer& tok, const PlanFlags& f) {
+  if (f.system_prompt_file.empty()) return std::vector<int32_t>{};
+  std::ifstream in(f.system_prompt_file, std::ios::binary);
+  if (!in) return make_error("--system-prompt-file {}: cannot read it", f.system_prompt_file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return make_error("--system-prompt-file {}: read error", f.system_prompt_file);
+  // The file's final line break is not part of the prompt (clients send the
+  // text without one).
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  serve::ChatRendererChoice c = serve::ChatRenderer::for_model(tok, f.chat_template, f.chat_template_file);
+  if (!c.renderer) return make_error("--system-prompt-file needs a chat template: {}", c.error);
+  auto tokens = serve::system_prompt_prefix(tok, *c.renderer, text);
+  if (!tokens.ok()) return make_error("--system-prompt-file {}: {}", f.system_prompt_file, tokens.message());
+  return tokens;
 }
 
 void add_engine_flags(CLI::App* cmd, PlanFlags& f) {
@@ -77,6 +106,7 @@ Result<MemoryPlan> plan_from_flags(const Model& m, const PlanFlags& f, uint64_t 
   o.step_tokens = f.batch;
   o.threads = f.threads > 0 ? f.threads : default_threads();
   o.extra_bytes = extra_bytes;
+  o.pinned_tokens = f.pinned_tokens;
   o.baseline_bytes = current_rss_bytes();
   EDGELM_ASSIGN(const kernels::Isa isa, resolve_isa(f.isa));
   o.pack_isa = isa;  // the engine packs for the ISA it runs

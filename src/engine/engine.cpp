@@ -55,7 +55,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
   if (kv_bytes != plan.kv || scratch_bytes != plan.scratch ||
       static_cast<uint64_t>(plan.slots) * (tokens_bytes + lp_bytes) != plan.slot_state)
     return make_error("internal: engine layout disagrees with the memory plan");
-  const size_t total = kv_bytes + scratch_bytes + plan.slot_state;
+  const size_t pinned_bytes = static_cast<size_t>(plan.pinned_tokens) * c.n_layers * kv.row_pair();
+  if (pinned_bytes != plan.pinned) return make_error("internal: pinned region disagrees with the memory plan");
+  const size_t total = kv_bytes + scratch_bytes + plan.slot_state + pinned_bytes;
   EDGELM_ASSIGN(e->region_, Region::map(total, "KV cache and scratch", opts.mlock));
   // Scratch and slot state first (64-byte multiples), the KV slab last.
   uint8_t* p = e->region_.data();
@@ -70,6 +72,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
     p += lp_bytes;
   }
   kv.base = p;
+  e->pinned_kv_ = p + kv_bytes;  // the pinned region after the slab
+  e->kv_ = kv;
   // Every worker owns a slice of the attention scratch: no more workers than
   // the plan made slices for.
   if (std::max(1, opts.threads) > plan.scratch_layout.n_threads)
@@ -173,6 +177,8 @@ void Engine::loop() {
   for (int i = 0; i < plan_.slots; ++i) {
     Slot& s = slots_[static_cast<size_t>(i)];
     const auto st = static_cast<SlotState>(s.state.load());
+    if (st == SlotState::Queued && s.params.copy_from >= 0)
+      slots_[static_cast<size_t>(s.params.copy_from)].readers.fetch_sub(1);
     if (st == SlotState::Queued || st == SlotState::Prefill || st == SlotState::Decode) finish_slot(s, Finish::Cancelled);
   }
 }
@@ -182,6 +188,13 @@ SlotRef Engine::try_acquire(int slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   uint32_t expect = static_cast<uint32_t>(SlotState::Free);
   if (!s.state.compare_exchange_strong(expect, static_cast<uint32_t>(SlotState::Reserved))) return {};
+  // A request queued to copy from this slot has announced itself (submit
+  // raises `readers`, then checks that the slot is not being set up; both
+  // sequentially consistent, so at least one side sees the other): back off.
+  if (s.readers.load() > 0) {
+    s.state.store(static_cast<uint32_t>(SlotState::Free));
+    return {};
+  }
   // Odd while held, even while free: a running slot's generation is never 0,
   // the cancel word's initial value.
   return {slot, s.gen.fetch_add(1) + 1};
@@ -211,6 +224,8 @@ Status Engine::submit(SlotRef ref, std::span<const int32_t> prompt, const Genera
     return make_error("reuse of {} tokens for a prompt of {}", p.reuse, prompt.size());
   if (p.reuse > 0 && cached_prefix(slot, prompt) < p.reuse)
     return make_error("slot {} does not hold the first {} tokens of this prompt", slot, p.reuse);
+  if (p.copy_from != -1 && p.copy_from != kPinnedPrefix && (p.copy_from < 0 || p.copy_from >= plan_.slots || p.copy_from == slot))
+    return make_error("copy_from {} is not another slot", p.copy_from);
   std::copy(prompt.begin(), prompt.end(), s.tokens);
   s.n_prompt = static_cast<int>(prompt.size());
   s.max_tokens = std::min(p.max_tokens, plan_.ctx - s.n_prompt);
@@ -219,7 +234,19 @@ Status Engine::submit(SlotRef ref, std::span<const int32_t> prompt, const Genera
   s.seq = submit_seq_.fetch_add(1);
   s.seq_pub.store(s.seq, std::memory_order_relaxed);
   s.params = p;
+  if (p.copy_from >= 0) {
+    // Announce the copy, then make sure the source is not being set up by
+    // another request (its tokens would be changing); try_acquire does the
+    // mirror image.
+    Slot& src = slots_[static_cast<size_t>(p.copy_from)];
+    src.readers.fetch_add(1);
+    if (src.state.load() == static_cast<uint32_t>(SlotState::Reserved)) {
+      src.readers.fetch_sub(1);
+      s.params.copy_from = -1;
+    }
+  }
   s.rng = Rng(p.sampling.seed);
+  s.reused.store(p.reuse, std::memory_order_relaxed);
   s.n_past.store(p.reuse, std::memory_order_relaxed);
   s.cached.store(0, std::memory_order_relaxed);  // being overwritten
   s.n_out.store(0);
@@ -326,6 +353,102 @@ void Engine::release(SlotRef ref) {
   s.state.store(static_cast<uint32_t>(SlotState::Free), std::memory_order_release);
 }
 
+Status Engine::pin_prefix(std::span<const int32_t> tokens) {
+  if (running_.load()) return make_error("the prefix must be pinned before the engine starts");
+  if (static_cast<int>(tokens.size()) > plan_.pinned_tokens)
+    return make_error("a pinned prefix of {} tokens, but the memory plan has room for {}", tokens.size(), plan_.pinned_tokens);
+  for (int32_t t : tokens)
+    if (t < 0 || t >= model_->config.n_vocab) return make_error("token id {} is out of range", t);
+  // Computed in slot 0 in steps of the plan's size, as a prompt would be.
+  Slot& s0 = slots_[0];
+  const int n = static_cast<int>(tokens.size());
+  for (int at = 0; at < n;) {
+    const int take = std::min(plan_.step_tokens, n - at);
+    batch_.clear();
+    for (int k = 0; k < take; ++k) batch_.push_back({tokens[static_cast<size_t>(at + k)], at + k, 0, k == take - 1});
+    if (auto r = forward_->step(batch_); !r.ok()) return make_error("computing the pinned prefix: {}", r.message());
+    at += take;
+  }
+  batch_.clear();
+  const size_t rp = kv_.row_pair();
+  for (int l = 0; l < kv_.n_layers; ++l)
+    if (n > 0) std::memcpy(pinned_kv_ + static_cast<size_t>(l) * plan_.pinned_tokens * rp, kv_.k(0, l, 0), static_cast<size_t>(n) * rp);
+  pinned_.assign(tokens.begin(), tokens.end());
+  std::copy(tokens.begin(), tokens.end(), s0.tokens);
+  s0.cached.store(n, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+int Engine::pinned_prefix(std::span<const int32_t> prompt) const {
+  const size_t n = std::min(pinned_.size(), prompt.size());
+  size_t i = 0;
+  while (i < n && pinned_[i] == prompt[i]) ++i;
+  return static_cast<int>(i);
+}
+
+int Engine::prefix_in_slot(int slot, std::span<const int32_t> prompt) const {
+  if (slot < 0 || slot >= plan_.slots) return 0;
+  const Slot& s = slots_[static_cast<size_t>(slot)];
+  const auto st = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
+  if (st == SlotState::Free) return cached_prefix(slot, prompt);
+  if (st == SlotState::Reserved) return 0;
+  // Prompt tokens only: they were written before the state was published,
+  // and stay until the slot is acquired again (under admission's lock).
+  const int n = std::min({s.n_prompt_pub.load(std::memory_order_relaxed), s.n_past.load(std::memory_order_relaxed),
+                          static_cast<int>(prompt.size())});
+  int i = 0;
+  while (i < n && s.tokens[i] == prompt[static_cast<size_t>(i)]) ++i;
+  return i;
+}
+
+bool Engine::lending(int slot) const { return slots_[static_cast<size_t>(slot)].readers.load() > 0; }
+
+int Engine::reused_tokens(int slot) const {
+  return slots_[static_cast<size_t>(slot)].reused.load(std::memory_order_relaxed);
+}
+
+void Engine::copy_rows(int dst, int src, int from, int to) {
+  if (to <= from) return;
+  const size_t rp = kv_.row_pair();
+  const size_t bytes = static_cast<size_t>(to - from) * rp;
+  for (int l = 0; l < kv_.n_layers; ++l) {
+    const uint8_t* from_row = src == kPinnedPrefix
+                                  ? pinned_kv_ + (static_cast<size_t>(l) * plan_.pinned_tokens + from) * rp
+                                  : kv_.k(src, l, from);
+    std::memcpy(kv_.k(dst, l, from), from_row, bytes);
+  }
+}
+
+double Engine::start_request(int slot) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  const int src = s.params.copy_from;
+  if (src == -1) return 0;
+  const auto t0 = Clock::now();
+  const int have = s.n_past.load(std::memory_order_relaxed);
+  const int limit = s.n_prompt - 1;  // the last prompt token makes the first logits
+  int match = 0;
+  if (src == kPinnedPrefix) {
+    match = std::min(pinned_prefix({s.tokens, static_cast<size_t>(s.n_prompt)}), limit);
+  } else {
+    Slot& o = slots_[static_cast<size_t>(src)];
+    // What the source's KV holds now: a free slot its cache, any other its
+    // computed positions (this thread computes them). Its tokens cannot
+    // change: `readers` keeps it from being acquired.
+    const auto st = static_cast<SlotState>(o.state.load(std::memory_order_acquire));
+    const int valid = st == SlotState::Free ? o.cached.load(std::memory_order_relaxed)
+                                            : (st == SlotState::Reserved ? 0 : o.n_past.load(std::memory_order_relaxed));
+    const int n = std::min(valid, limit);
+    while (match < n && o.tokens[match] == s.tokens[match]) ++match;
+  }
+  if (match > have) {
+    copy_rows(slot, src, have, match);
+    s.n_past.store(match, std::memory_order_relaxed);
+    s.reused.store(match, std::memory_order_relaxed);
+  }
+  if (src >= 0) slots_[static_cast<size_t>(src)].readers.fetch_sub(1);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 void Engine::finish_slot(Slot& s, Finish f) {
   {
     std::lock_guard<std::mutex> lk(s.mu);
@@ -427,10 +550,12 @@ bool Engine::step_once() {
   int n_decode = 0;
 
   // Admit queued requests and act on cancellations.
+  double copy_seconds = 0;
   for (int i = 0; i < n_slots; ++i) {
     Slot& s = slots_[static_cast<size_t>(i)];
     auto st = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
     if (st == SlotState::Queued) {
+      copy_seconds += start_request(i);
       s.state.store(static_cast<uint32_t>(SlotState::Prefill));
       st = SlotState::Prefill;
     }
@@ -551,7 +676,8 @@ bool Engine::step_once() {
     s.cv.notify_all();
     if (n_out + 1 >= s.max_tokens || n_seq + 1 >= plan_.ctx) finish_slot(s, Finish::Length);
   }
-  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Copying rows is part of what this step cost.
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count() + copy_seconds;
   record_step(static_cast<int>(batch_.size()), n_decode + (static_cast<int>(batch_slot_.size()) - n_decode), n_prefill, sec);
   return true;
 }

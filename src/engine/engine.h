@@ -62,7 +62,16 @@ struct GenerateParams {
   // submission order, and a more urgent prompt's prefill does not wait for
   // the time less urgent streams have banked (they may slow down for it).
   int priority = 0;
+  // Where a longer prefix of the prompt may already be computed: another
+  // slot (running or free) or kPinnedPrefix. When the request starts, the
+  // engine copies the KV rows of the tokens that source holds and that
+  // match the prompt (checked token by token then, so a source that moved
+  // on costs only speed), on top of the `reuse` tokens; -1: none.
+  int copy_from = -1;
 };
+
+// GenerateParams::copy_from: the pinned prefix (Engine::pin_prefix).
+inline constexpr int kPinnedPrefix = -2;
 
 struct EngineOptions {
   int threads = 1;
@@ -164,6 +173,25 @@ class Engine {
   int cached_tokens(int slot) const;
   // When the slot was last released (a counter; lower is older), for LRU.
   uint64_t last_used(int slot) const;
+  // The pinned prefix: KV computed once at start for `tokens` (a system
+  // prompt every request shares), kept in the plan's pinned region
+  // (plan().pinned_tokens positions). Call before start(). Slot 0 holds it
+  // too, as its cache.
+  Status pin_prefix(std::span<const int32_t> tokens);
+  // How many leading tokens of `prompt` the pinned prefix holds.
+  int pinned_prefix(std::span<const int32_t> prompt) const;
+  int pinned_tokens() const { return static_cast<int>(pinned_.size()); }
+  // How many leading tokens of `prompt` slot `slot` could lend by copy: a
+  // free slot's cache, a running slot's computed prompt tokens (an estimate
+  // for admission, which calls it under its lock; the engine checks again
+  // when it copies). 0 for a slot being set up.
+  int prefix_in_slot(int slot, std::span<const int32_t> prompt) const;
+  // A request of another slot is waiting to copy from this one: it cannot
+  // be acquired until the copy is done (within a step).
+  bool lending(int slot) const;
+  // Prompt tokens of the slot's request that were not computed: its own
+  // cache and what was copied (final once the request has started).
+  int reused_tokens(int slot) const;
   // Copies the prompt into the slot and queues it. The prompt must hold
   // 1..ctx-1 tokens; max_tokens is clamped so prompt + output fit the slot.
   Status submit(SlotRef ref, std::span<const int32_t> prompt, const GenerateParams& p);
@@ -234,6 +262,11 @@ class Engine {
     // release from n_past (0 when the request asked not to keep it).
     std::atomic<int> cached{0};
     std::atomic<uint64_t> released_at{0};
+    // Requests queued to copy this slot's KV rows (GenerateParams::copy_from):
+    // while nonzero the slot cannot be acquired, so neither its tokens nor
+    // its rows change under the copy.
+    std::atomic<int> readers{0};
+    std::atomic<int> reused{0};  // see reused_tokens()
     std::chrono::steady_clock::time_point t_first;  // engine thread: when the first token was made
     // Tokens already in the KV cache: written by the engine, read (relaxed)
     // by admission for Retry-After.
@@ -247,6 +280,11 @@ class Engine {
   // Builds and runs one step; returns false when there was nothing to do.
   bool step_once();
   void finish_slot(Slot& s, Finish f);
+  // A queued request starts: copies what its copy_from source holds of its
+  // prompt beyond what the slot kept; returns the seconds it took.
+  double start_request(int slot);
+  // Copies the KV rows [from, to) of every layer from one slot to another.
+  void copy_rows(int dst, int src, int from, int to);
   bool cancelled(const Slot& s) const { return s.cancel_gen.load() == s.gen.load(); }
 
   std::unique_ptr<Model> model_;
@@ -256,6 +294,11 @@ class Engine {
   Region region_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Forward> forward_;
+  KvView kv_;
+  // The pinned prefix: its tokens and, per layer, their K/V rows
+  // ([layer][pos][k_row + v_row], plan_.pinned_tokens positions).
+  std::vector<int32_t> pinned_;
+  uint8_t* pinned_kv_ = nullptr;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Slot[]> slots_;
   std::vector<BatchToken> batch_;       // capacity reserved once

@@ -82,10 +82,12 @@ MemoryPlan compute(const ModelConfig& c, const ModelWeights& w, const PlanOption
   p.kv_per_token = kv_bytes_per_token(c, o.kv_type);
   p.kv_per_slot = p.kv_per_token * static_cast<uint64_t>(ctx);
   p.kv = p.kv_per_slot * static_cast<uint64_t>(slots);
+  p.pinned_tokens = o.pinned_tokens;
+  p.pinned = p.kv_per_token * static_cast<uint64_t>(std::max(o.pinned_tokens, 0));
   p.extra = o.extra_bytes;
   p.extra_label = o.extra_label;
   p.baseline = o.baseline_bytes;
-  p.total = p.weights + p.scratch + p.sampler + p.slot_state + p.kv + p.extra + p.baseline;
+  p.total = p.weights + p.scratch + p.sampler + p.slot_state + p.kv + p.pinned + p.extra + p.baseline;
   return p;
 }
 
@@ -102,6 +104,8 @@ Result<MemoryPlan> make_plan(const ModelConfig& c, const ModelWeights& w, const 
     return make_error("KV type q8_0 needs head widths that are multiples of 32 (this model: K {}, V {})",
                       c.head_dim, c.head_dim_v);
   const int ctx = o.ctx > 0 ? o.ctx : std::min(2048, c.n_ctx_train);
+  if (o.pinned_tokens < 0 || o.pinned_tokens >= ctx)
+    return make_error("a pinned prefix of {} tokens does not fit a slot of {} tokens", o.pinned_tokens, ctx);
 
   MemoryPlan p;
   if (o.slots > 0) {
@@ -157,6 +161,8 @@ std::string format_plan(const MemoryPlan& p) {
   line("weights", p.weights, "mmapped tensor data the forward pass reads");
   line("KV cache", p.kv,
        fmt::format("{} B/token x {} tokens x {} slots", p.kv_per_token, p.ctx, p.slots));
+  if (p.pinned > 0)
+    line("pinned prefix", p.pinned, fmt::format("{} B/token x {} tokens (system prompt)", p.kv_per_token, p.pinned_tokens));
   line("scratch", p.scratch, fmt::format("forward-pass buffers for {} tokens/step", p.step_tokens));
   line("sampler", p.sampler, "candidate buffers for one vocabulary row");
   line("slot state", p.slot_state, "token history and logprobs per slot");
@@ -184,7 +190,7 @@ std::string format_plan(const MemoryPlan& p) {
 std::string plan_one_line(const MemoryPlan& p) {
   return fmt::format("weights {} + KV {} ({} slots x {}, {}) + scratch {} + other {} = {} of budget {}",
                      format_bytes(p.weights), format_bytes(p.kv), p.slots, p.ctx, dtype_name(p.kv_type),
-                     format_bytes(p.scratch), format_bytes(p.sampler + p.slot_state + p.extra + p.baseline),
+                     format_bytes(p.scratch), format_bytes(p.sampler + p.slot_state + p.pinned + p.extra + p.baseline),
                      format_bytes(p.total), format_bytes(p.budget.bytes));
 }
 

@@ -50,6 +50,9 @@ struct PlanOptions {
   int threads = 1;
   uint64_t extra_bytes = 0;  // fixed costs outside the engine (server buffers)
   std::string extra_label = "server buffers";
+  // Positions of the pinned prefix region (a system prompt's KV computed
+  // once at start and copied into each request that begins with it).
+  int pinned_tokens = 0;
   // The process before any of the above: binary, libraries, parsed
   // metadata and tokenizer tables (measured as the RSS at planning time).
   uint64_t baseline_bytes = 0;
@@ -72,6 +75,8 @@ struct MemoryPlan {
   uint64_t kv_per_token = 0;
   uint64_t kv_per_slot = 0;
   uint64_t kv = 0;             // slots x ctx x kv_per_token
+  int pinned_tokens = 0;
+  uint64_t pinned = 0;         // pinned_tokens x kv_per_token
   uint64_t extra = 0;
   std::string extra_label;
   uint64_t baseline = 0;

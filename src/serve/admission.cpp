@@ -112,28 +112,31 @@ Decision Admission::refuse(Reason r) const {
   return d;
 }
 
-int Admission::choose_slot_locked(const Ask& ask, int& reuse) {
+Admission::Choice Admission::choose_slot_locked(const Ask& ask) {
   // A match is worth a slot when it covers half the prompt or 256 tokens:
   // a few shared header tokens must not make a request overwrite another
   // conversation's cache when an older one could go instead.
   const int n = static_cast<int>(ask.prompt.size());
+  // A free slot that another request is copying from cannot be taken
+  // (for the rest of the engine's step).
+  auto available = [&](int i) { return engine_.state(i) == Engine::SlotState::Free && !engine_.lending(i); };
   // Slots reserved for more urgent classes and not in use by them stay free.
   std::fill(held_.begin(), held_.end(), 0);
   int n_free = 0;
   for (int i = 0; i < engine_.n_slots(); ++i) {
-    if (engine_.state(i) == Engine::SlotState::Free) ++n_free;
-    else ++held_[static_cast<size_t>(slot_class_[static_cast<size_t>(i)])];
+    if (engine_.state(i) != Engine::SlotState::Free) ++held_[static_cast<size_t>(slot_class_[static_cast<size_t>(i)])];
+    else if (available(i)) ++n_free;
   }
   int kept = 0;
   for (int k = 0; k < ask.cls; ++k)
     kept += std::max(0, o_.classes[static_cast<size_t>(k)].reserved - held_[static_cast<size_t>(k)]);
-  reuse = 0;
-  if (n_free - kept <= 0) return -1;
+  Choice c;
+  if (n_free - kept <= 0) return c;
   auto useful = [&](int match) { return match > 0 && (2 * match >= n || match >= 256); };
   int best = -1, best_match = 0, lru = -1, lru_match = 0;
   uint64_t lru_age = 0;
   for (int i = 0; i < engine_.n_slots(); ++i) {
-    if (engine_.state(i) != Engine::SlotState::Free) continue;
+    if (!available(i)) continue;
     // Slots change hands only under this lock, so a free slot's cache is
     // stable while it is read.
     const int match = ask.reuse ? engine_.cached_prefix(i, ask.prompt) : 0;
@@ -152,9 +155,27 @@ int Admission::choose_slot_locked(const Ask& ask, int& reuse) {
     best = lru;
     best_match = lru_match;
   }
+  c.slot = best;
   // At least one token is computed: its logits start the answer.
-  reuse = best >= 0 ? std::clamp(best_match, 0, std::max(n - 1, 0)) : 0;
-  return best;
+  c.reuse = std::clamp(best_match, 0, std::max(n - 1, 0));
+  if (!ask.reuse) return c;
+  // A longer prefix elsewhere (the pinned system prompt, another slot's
+  // cache or running prompt) is copied in: a memcpy of its KV rows costs far
+  // less than computing them.
+  int src_match = std::min(engine_.pinned_prefix(ask.prompt), n - 1);
+  if (src_match > c.reuse) {
+    c.copy_from = kPinnedPrefix;
+    c.copied = src_match;
+  }
+  for (int i = 0; i < engine_.n_slots(); ++i) {
+    if (i == best) continue;
+    const int m = std::min(engine_.prefix_in_slot(i, ask.prompt), n - 1);
+    if (m > std::max(c.reuse, c.copied)) {
+      c.copy_from = i;
+      c.copied = m;
+    }
+  }
+  return c;
 }
 
 Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
@@ -182,9 +203,10 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     return r;
   }
   if (reserve) {
-    int reuse = 0;
-    const int slot = choose_slot_locked(ask, reuse);
+    const Choice choice = choose_slot_locked(ask);
+    const int slot = choice.slot;
     if (slot < 0) return refuse(Reason::Slots);
+    const int reuse = std::max(choice.reuse, choice.copied);
     // The first-token promise, for the tokens this request must compute
     // behind the prompts admitted before it.
     const int compute = std::max(static_cast<int>(ask.prompt.size()) - reuse, 1);
@@ -242,7 +264,9 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     if (!reserve->ok()) return refuse(Reason::Slots);
     reserved_compute_[static_cast<size_t>(slot)] = compute;
     slot_class_[static_cast<size_t>(slot)] = ask.cls;
-    d.reuse = reuse;
+    d.reuse = choice.reuse;
+    d.copy_from = choice.copy_from;
+    d.copied = choice.copied;
   } else if (st.active >= engine_.n_slots()) {
     return refuse(Reason::Slots);
   }

@@ -80,6 +80,8 @@ struct Decision {
   bool waited = false;        // the request waited in the queue
   bool preempted = false;     // it took the slot of a less urgent stream
   int reuse = 0;              // prompt tokens the granted slot already holds
+  int copy_from = -1;         // where a longer prefix is copied from (GenerateParams::copy_from)
+  int copied = 0;             // ... and how long it was when decided (the engine checks again)
   double predicted_ttft = 0;  // seconds to the first token, waiting included
   double unloaded_ttft = 0;   // the same on an idle server
   double promised_ttft = 0;   // the most the first-token promise allows it
@@ -171,8 +173,16 @@ class Admission {
   // The whole decision for `ask`; reserves a slot when `reserve` and it is ok.
   Decision decide_locked(const Ask& ask, SlotRef* reserve);
   // The free slot for `ask`: the one with the longest useful cached prefix,
-  // else the least recently used; -1 when none is free. Sets `reuse`.
-  int choose_slot_locked(const Ask& ask, int& reuse);
+  // else the least recently used (slot -1 when none is free); `reuse`
+  // tokens of its cache are kept. When the pinned prefix or another slot
+  // holds more of the prompt, it is the copy source.
+  struct Choice {
+    int slot = -1;
+    int reuse = 0;
+    int copy_from = -1;
+    int copied = 0;
+  };
+  Choice choose_slot_locked(const Ask& ask);
   // Hands free slots to waiters, oldest first, while the gate admits them.
   void hand_off_locked();
   Decision refuse(Reason r) const;

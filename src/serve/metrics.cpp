@@ -106,8 +106,11 @@ std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a
   o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"weights\"}} {}\n", p.weights);
   o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"kv\"}} {}\n", p.kv);
   o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"scratch\"}} {}\n", p.scratch);
+  o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"pinned\"}} {}\n", p.pinned);
   o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"other\"}} {}\n", p.sampler + p.slot_state + p.extra);
   o += fmt::format("edgelm_memory_reserved_bytes{{kind=\"process\"}} {}\n", p.baseline);
+  gauge("edgelm_pinned_prefix_tokens", "Tokens of the pinned system prompt (--system-prompt-file) whose KV is kept.",
+        static_cast<double>(e.pinned_tokens()));
   gauge("edgelm_memory_budget_bytes", "The hard memory budget the plan was held against.", static_cast<double>(p.budget.bytes));
   gauge("edgelm_resident_memory_bytes", "Resident set size of the process.", static_cast<double>(current_rss_bytes()));
   return o;

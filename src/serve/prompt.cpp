@@ -1,5 +1,7 @@
 #include "serve/prompt.h"
 
+#include <cctype>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -134,6 +136,26 @@ std::variant<BuiltPrompt, ApiError> build_prompt(const tokenizer::Tokenizer& tok
   }
   p.dropped += n - static_cast<int>(p.tokens.size());
   return p;
+}
+
+Result<std::vector<int32_t>> system_prompt_prefix(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,
+                                                  const std::string& text) {
+  if (text.empty()) return make_error("the system prompt is empty");
+  const std::vector<tokenizer::ChatMessage> with_a = {{"system", text}, {"user", "A"}};
+  const std::vector<tokenizer::ChatMessage> with_z = {{"system", text}, {"user", "Z"}};
+  EDGELM_ASSIGN(const std::string a, tmpl.render(with_a, true));
+  EDGELM_ASSIGN(const std::string b, tmpl.render(with_z, true));
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  // The system text must come before the user's: a template that moves it
+  // elsewhere (into the first user turn's end, say) has no shared prefix.
+  std::string_view core = text;
+  while (!core.empty() && std::isspace(static_cast<unsigned char>(core.front()))) core.remove_prefix(1);
+  while (!core.empty() && std::isspace(static_cast<unsigned char>(core.back()))) core.remove_suffix(1);
+  const std::string_view shared(a.data(), n);
+  if (core.empty() || shared.find(core) == std::string_view::npos)
+    return make_error("the chat template does not put the system message before the first user message");
+  return tokenizer::encode_rendered(tok, shared);
 }
 
 }  // namespace edgelm::serve

@@ -39,4 +39,12 @@ std::variant<BuiltPrompt, ApiError> build_prompt(const tokenizer::Tokenizer& tok
                                                  const std::string& template_error, const GenerationRequest& r,
                                                  int ctx, int limit, Truncate policy);
 
+// The pinned prefix of a system prompt: the tokens of what `tmpl` renders
+// for a conversation that starts with a system message of `text`, up to
+// where the first user message's content begins (the text two renderings
+// that differ only in that content share). An error when the template
+// raises or puts nothing of the system message before the user's text.
+Result<std::vector<int32_t>> system_prompt_prefix(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,
+                                                  const std::string& text);
+
 }  // namespace edgelm::serve

@@ -226,19 +226,21 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
     }
   } held{adm, ref};
   gp.reuse = d.reuse;
+  gp.copy_from = d.copy_from;
   gp.keep_cache = o.prompt_cache && r.cache_prompt;
   if (!r.seed_given) gp.sampling.seed = static_cast<uint64_t>(t0.time_since_epoch().count()) ^ ref.gen;
   if (Status st = engine.submit(ref, prompt.tokens, gp); !st.ok())
     return reply_error(res, {400, "invalid_request_error", "invalid_request", st.message(), ""});
   metrics.prompt_tokens.fetch_add(static_cast<uint64_t>(n_prompt));
-  metrics.prompt_tokens_reused.fetch_add(static_cast<uint64_t>(d.reuse));
   metrics.predicted_ttft.observe(d.predicted_ttft);
   res.set_header("X-Edgelm-Predicted-Ttft-Ms", fmt::format("{:.0f}", 1000 * d.predicted_ttft));
   metrics.prompt_tokens_dropped.fetch_add(static_cast<uint64_t>(prompt.dropped));
   spdlog::info(
-      "admit accept req={} class={} slot={} active={}/{} prompt={} cached={} dropped={} max_tokens={} stream={} "
+      "admit accept req={} class={} slot={} active={}/{} prompt={} cached={} copy={} dropped={} max_tokens={} stream={} "
       "waited={} preempted={} ttft_pred_ms={:.0f} ttft_unloaded_ms={:.0f}",
-      id, class_name(cls), ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, d.reuse, prompt.dropped, gp.max_tokens, r.stream,
+      id, class_name(cls), ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, d.reuse,
+      d.copy_from == -1 ? std::string("none") : fmt::format("{}:{}", d.copy_from == kPinnedPrefix ? std::string("pinned") : fmt::format("slot{}", d.copy_from), d.copied),
+      prompt.dropped, gp.max_tokens, r.stream,
       d.waited, d.preempted, 1000 * d.predicted_ttft, 1000 * d.unloaded_ttft);
 
   StreamSpec sp;
@@ -251,7 +253,6 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   sp.top_logprobs = r.top_logprobs;
   sp.n_prompt = n_prompt;
   sp.dropped = prompt.dropped;
-  sp.cached = d.reuse;
   sp.stops = std::move(r.stop);
   sp.t0 = t0;
   held.passed = true;

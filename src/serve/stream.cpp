@@ -37,6 +37,16 @@ struct Session {
   tokenizer::Utf8Stream utf8;
   StopMatcher stop;
 
+  // Prompt tokens that were not computed (the slot's cache and what was
+  // copied into it): known from the engine once the request has started,
+  // read while the slot is held; -1 until then.
+  int cached = -1;
+  void note_cached() {
+    if (cached >= 0) return;
+    cached = deps.engine.reused_tokens(ref.slot);
+    deps.metrics.prompt_tokens_reused.fetch_add(static_cast<uint64_t>(cached));
+  }
+
   bool released = false;
   // Gives the slot back (cancelling it if it still runs) and hands it on; once.
   void release_slot() {
@@ -89,7 +99,7 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
       u.prompt_tokens = sp.n_prompt;
       u.completion_tokens = s->completion_tokens;
       u.prompt_tokens_dropped = sp.dropped;
-      u.cached_tokens = sp.cached;
+      u.cached_tokens = std::max(s->cached, 0);
       return u;
     };
     std::string piece_out, emit;
@@ -103,6 +113,7 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
       for (; s->seen < n && !s->stopped_by_string; ++s->seen) {
         const auto now = Clock::now();
         if (s->seen == 0) {
+          s->note_cached();
           s->t_first = now;
           m.ttft.observe(std::chrono::duration<double>(now - sp.t0).count());
         }
@@ -137,6 +148,7 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
         }
         s->finished = true;
         s->fin = s->stopped_by_string ? Finish::Stop : fin;
+        s->note_cached();
         // Every token is read: the slot is free before the last bytes go
         // out. Nothing below touches the slot again (a stale reference could
         // not harm its next holder anyway). A stop string ended it while the

@@ -28,7 +28,6 @@ struct StreamSpec {
   int top_logprobs = -1;
   int n_prompt = 0;
   int dropped = 0;
-  int cached = 0;  // prompt tokens that came from the slot's cache
   std::vector<std::string> stops;
   std::chrono::steady_clock::time_point t0;  // when the request arrived
 };

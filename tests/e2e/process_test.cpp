@@ -299,5 +299,36 @@ TEST(Process, TemplateCommandPrintsThePromptExactly) {
   EXPECT_NE(parse_error.output().find("line 2"), std::string::npos) << parse_error.output();
 }
 
+// --system-prompt-file: the plan counts the pinned prefix's KV, and a file
+// that cannot be used stops the command with a clear error.
+TEST(Process, PlanCountsThePinnedSystemPrompt) {
+  const std::string sys = test::temp_path("system-prompt.txt");
+  std::ofstream(sys) << "You watch the cameras of the north gate and answer briefly.\n";
+  auto plan_json = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plan", "-m", tiny_model(), "--slots", "2", "--ctx", "256", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Proc p(args, "plan-pinned");
+    EXPECT_EQ(p.wait(30), 0) << p.output();
+    return nlohmann::json::parse(p.output());
+  };
+  const nlohmann::json plain = plan_json({});
+  const nlohmann::json pinned = plan_json({"--system-prompt-file", sys, "--chat-template", "chatml"});
+  const int n = pinned["pinned_tokens"].get<int>();
+  EXPECT_GT(n, 20);
+  EXPECT_EQ(pinned["bytes"]["pinned"].get<uint64_t>(), static_cast<uint64_t>(n) * pinned["kv_bytes_per_token"].get<uint64_t>());
+  EXPECT_EQ(pinned["bytes"]["total"].get<int64_t>() - plain["bytes"]["total"].get<int64_t>() -
+                (pinned["bytes"]["process"].get<int64_t>() - plain["bytes"]["process"].get<int64_t>()),
+            pinned["bytes"]["pinned"].get<int64_t>());
+  // The model has no template of its own: without one there is nothing to render.
+  Proc none({"plan", "-m", tiny_model(), "--system-prompt-file", sys}, "plan-pinned-none");
+  EXPECT_EQ(none.wait(30), 1);
+  EXPECT_NE(none.output().find("needs a chat template"), std::string::npos) << none.output();
+  Proc missing({"serve", "-m", tiny_model(), "--port", "0", "--chat-template", "chatml", "--system-prompt-file",
+                test::temp_path("no-such-prompt.txt")},
+               "serve-pinned-missing");
+  EXPECT_EQ(missing.wait(30), 1);
+  EXPECT_NE(missing.output().find("cannot read it"), std::string::npos) << missing.output();
+}
+
 }  // namespace
 }  // namespace edgelm

@@ -445,5 +445,136 @@ TEST(EngineReuse, KeepCacheFalseLeavesNothing) {
   EXPECT_EQ(e->cached_tokens(0), 7);  // 4 prompt + 3 fed-back answer tokens
 }
 
+// Tokens for copy tests: BOS, then a fixed pseudo-random walk.
+std::vector<int32_t> walk(int n, int n_vocab, int mul, int add) {
+  std::vector<int32_t> t = {1};
+  for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((i * mul + add) % (n_vocab - 3) + 3));
+  return t;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The pinned prefix is computed once; a request that starts with it copies
+// its rows and computes only the rest, with the same greedy output.
+void expect_pinned_matches_cold(const std::string& model) {
+  auto cold = make_engine(model, 1, 256, 1, DType::F16, 16);
+  ASSERT_TRUE(cold);
+  const int n_vocab = cold->model().config.n_vocab;
+  const std::vector<int32_t> sys = walk(40, n_vocab, 37, 11);
+  auto e = make_engine(model, 2, 256, 1, DType::F16, 16, AttnMath::F32, 0, sys);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->pinned_tokens(), 41);
+  EXPECT_EQ(e->plan().pinned, 41 * e->plan().kv_per_token);
+  GenerateParams p = greedy(10);
+  p.ignore_eos = true;
+  p.copy_from = kPinnedPrefix;
+  const std::vector<int32_t> prompt = concat(sys, {7, 8, 9, 10, 11});
+  // Slot 1: nothing of its own cached.
+  SlotRef r = e->try_acquire(1);
+  ASSERT_TRUE(r.ok());
+  const uint64_t before = e->stats().prompt_tokens;
+  const std::vector<int32_t> out = generate(*e, prompt, p, nullptr, r);
+  EXPECT_EQ(e->stats().prompt_tokens - before, 5u);
+  EXPECT_EQ(e->reused_tokens(1), 41);
+  GenerateParams plain = p;
+  plain.copy_from = -1;
+  EXPECT_EQ(out, generate(*cold, prompt, plain)) << model;
+  // A prompt that leaves the pinned text early copies only what matches.
+  std::vector<int32_t> diverging = sys;
+  diverging.resize(20);
+  diverging.push_back(5);
+  diverging.push_back(6);
+  r = e->try_acquire(1);
+  ASSERT_TRUE(r.ok());
+  const std::vector<int32_t> out2 = generate(*e, diverging, p, nullptr, r);
+  EXPECT_EQ(e->reused_tokens(1), 20);
+  EXPECT_EQ(out2, generate(*cold, diverging, plain)) << model;
+  // Slot 0 computed the prefix at start and keeps it as its own cache.
+  EXPECT_EQ(e->cached_prefix(0, prompt), 41);
+}
+
+TEST(EngineCopy, PinnedPrefixEqualsComputingItAll) {
+  expect_pinned_matches_cold(synth_model("tiny-qwen2", "Q4_0"));
+  expect_pinned_matches_cold(synth_model("tiny-llama", "Q8_0"));
+}
+
+TEST(EngineCopyShared, Stories260KPinnedPrefixEqualsComputingItAll) {
+  EDGELM_REQUIRE_SHARED(model, "stories260K.gguf");
+  expect_pinned_matches_cold(model);
+}
+
+// Another slot's rows are copied, whether it is still running or free.
+TEST(EngineCopy, FromARunningOrFreeSlot) {
+  const std::string model = synth_model("tiny-qwen2", "Q4_0");
+  auto e = make_engine(model, 3, 256, 1, DType::F16, 16);
+  auto cold = make_engine(model, 1, 256, 1, DType::F16, 16);
+  ASSERT_TRUE(e && cold);
+  const int n_vocab = e->model().config.n_vocab;
+  const std::vector<int32_t> shared = walk(30, n_vocab, 41, 7);
+  // Slot 0 runs a long answer to `shared` + 3 tokens.
+  GenerateParams longp = greedy(200);
+  longp.ignore_eos = true;
+  const SlotRef a = e->try_acquire(0);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(e->submit(a, concat(shared, {4, 5, 6}), longp).ok());
+  // Once it decodes, its prompt's rows are computed.
+  e->wait_for(0, 0, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  ASSERT_EQ(e->state(0), Engine::SlotState::Decode);
+  const std::vector<int32_t> prompt = concat(shared, {9, 10, 11, 12});
+  EXPECT_EQ(e->prefix_in_slot(0, prompt), 31);
+  GenerateParams p = greedy(8);
+  p.ignore_eos = true;
+  p.copy_from = 0;
+  SlotRef b = e->try_acquire(1);
+  ASSERT_TRUE(b.ok());
+  const std::vector<int32_t> out = generate(*e, prompt, p, nullptr, b);
+  EXPECT_EQ(e->reused_tokens(1), 31);
+  GenerateParams plain = p;
+  plain.copy_from = -1;
+  const std::vector<int32_t> want = generate(*cold, prompt, plain);
+  EXPECT_EQ(out, want);
+  e->release(a);  // slot 0 is now free and keeps what it computed
+  ASSERT_EQ(e->state(0), Engine::SlotState::Free);
+  SlotRef c = e->try_acquire(2);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(generate(*e, prompt, p, nullptr, c), want);
+  EXPECT_EQ(e->reused_tokens(2), 31);
+  // Copying from itself is refused.
+  c = e->try_acquire(2);
+  GenerateParams self = p;
+  self.copy_from = 2;
+  EXPECT_FALSE(e->submit(c, prompt, self).ok());
+  e->release(c);
+}
+
+// While a queued request waits to copy from a free slot, that slot cannot
+// be taken (its tokens and rows must not change under the copy).
+TEST(EngineCopy, ALendingSlotCannotBeAcquired) {
+  const std::string model = synth_model("tiny-qwen2", "Q4_0");
+  auto e = make_engine(model, 2, 128, 1, DType::F16, 16, AttnMath::F32, 0, {}, /*start=*/false);
+  ASSERT_TRUE(e);
+  GenerateParams p = greedy(2);
+  p.ignore_eos = true;
+  p.copy_from = 0;
+  const SlotRef dst = e->try_acquire(1);
+  ASSERT_TRUE(dst.ok());
+  ASSERT_TRUE(e->submit(dst, std::vector<int32_t>{1, 5, 6, 7}, p).ok());
+  EXPECT_TRUE(e->lending(0));
+  EXPECT_FALSE(e->try_acquire(0).ok());
+  EXPECT_FALSE(e->try_acquire().ok());  // slot 1 is taken, slot 0 is lent
+  e->start();
+  std::vector<int32_t> out;
+  for (int n = 0; e->finish(1) == Finish::None;)
+    n = e->wait_for(1, n, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  EXPECT_FALSE(e->lending(0));
+  const SlotRef again = e->try_acquire(0);
+  EXPECT_TRUE(again.ok());
+  e->release(again);
+  e->release(dst);
+}
+
 }  // namespace
 }  // namespace edgelm

@@ -24,9 +24,12 @@ inline std::string synth_model(const std::string& shape, const std::string& ftyp
   return path;
 }
 
+// `pinned`: a prefix pinned before the engine starts; `start`: false leaves
+// the engine thread unstarted (requests queue and wait).
 inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, int ctx, int threads = 2,
                                            DType kv = DType::F16, int step_tokens = 64,
-                                           AttnMath attn_math = AttnMath::F32, double min_step_seconds = 0) {
+                                           AttnMath attn_math = AttnMath::F32, double min_step_seconds = 0,
+                                           const std::vector<int32_t>& pinned = {}, bool start = true) {
   auto m = Model::load(path);
   EXPECT_TRUE(m.ok()) << m.message();
   if (!m.ok()) return nullptr;
@@ -39,6 +42,7 @@ inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, i
   po.kv_type = kv;
   po.step_tokens = step_tokens;
   po.threads = threads;
+  po.pinned_tokens = static_cast<int>(pinned.size());
   auto plan = make_plan((*m)->config, (*m)->weights, po, Budget{1ull << 40, "test"});
   EXPECT_TRUE(plan.ok()) << plan.message();
   EngineOptions eo;
@@ -52,7 +56,11 @@ inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, i
   auto e = Engine::create(std::move(m).value(), std::move(tok).value(), *plan, eo);
   EXPECT_TRUE(e.ok()) << e.message();
   if (!e.ok()) return nullptr;
-  (*e)->start();
+  if (!pinned.empty()) {
+    const Status st = (*e)->pin_prefix(pinned);
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+  if (start) (*e)->start();
   return std::move(e).value();
 }
 

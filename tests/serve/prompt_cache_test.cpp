@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
 
 #include "server_fixture.h"
 
@@ -38,8 +40,9 @@ TEST(PromptCache, TheNextTurnReusesItsPrefixAndAnswersTheSame) {
   json msgs = json::array({{{"role", "system"}, {"content", "you are terse"}}, {{"role", "user"}, {"content", "hello there"}}});
   const json a1 = post(warm, chat(msgs));
   EXPECT_EQ(cached(a1), 0);
-  // Another conversation takes the other slot meanwhile.
-  post(warm, chat(json::array({{{"role", "user"}, {"content", "something else entirely"}}})));
+  // Another conversation takes the other slot meanwhile (it may copy the
+  // template's opening tokens from the first).
+  const json other = post(warm, chat(json::array({{{"role", "user"}, {"content", "something else entirely"}}})));
   msgs.push_back({{"role", "assistant"}, {"content", a1["choices"][0]["message"]["content"]}});
   msgs.push_back({{"role", "user"}, {"content", "and then?"}});
   const json a2 = post(warm, chat(msgs));
@@ -56,13 +59,89 @@ TEST(PromptCache, TheNextTurnReusesItsPrefixAndAnswersTheSame) {
   // Counted in /metrics and shown in /slots.
   auto m = warm.client().Get("/metrics");
   ASSERT_TRUE(m);
-  EXPECT_NE(m->body.find("edgelm_prompt_tokens_reused_total " + std::to_string(cached(a2) + cached(again))),
+  EXPECT_NE(m->body.find("edgelm_prompt_tokens_reused_total " + std::to_string(cached(other) + cached(a2) + cached(again))),
             std::string::npos);
   auto sl = warm.client().Get("/slots");
   ASSERT_TRUE(sl);
   int total = 0;
   for (const json& s : json::parse(sl->body)) total += s["cached_tokens"].get<int>();
   EXPECT_GT(total, 0);
+}
+
+// --system-prompt-file: the system prompt's KV is computed once at start;
+// conversations that begin with it, at the same time in different slots,
+// compute only their own part and answer as a server that computed it all.
+TEST(PromptCache, APinnedSystemPromptIsCopiedIntoEverySlot) {
+  const std::string sys = "you are the assistant of an edge board; answer in one short sentence, politely";
+  LiveServer::Options o;
+  o.slots = 3;
+  o.step_ms = 20;  // the three requests overlap
+  o.system_prompt = sys;
+  LiveServer warm(o);
+  const int pinned = warm.engine->pinned_tokens();
+  ASSERT_GT(pinned, 10);
+  o.system_prompt.clear();
+  o.server.prompt_cache = false;
+  LiveServer cold(o);
+  auto body = [&](const std::string& user) {
+    json j = chat(json::array({{{"role", "system"}, {"content", sys}}, {{"role", "user"}, {"content", user}}}));
+    j["max_tokens"] = 12;
+    return j;
+  };
+  const std::vector<std::string> users = {"hello", "what time is it", "tell me about the camera"};
+  std::vector<json> replies(users.size());
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < users.size(); ++i) ts.emplace_back([&, i] { replies[i] = post(warm, body(users[i])); });
+  for (auto& t : ts) t.join();
+  std::set<int> slots_used;
+  for (size_t i = 0; i < users.size(); ++i) {
+    ASSERT_TRUE(replies[i].contains("usage")) << replies[i].dump();
+    EXPECT_GE(cached(replies[i]), pinned) << i;
+    const json c = post(cold, body(users[i]));
+    EXPECT_EQ(replies[i]["choices"][0]["message"]["content"], c["choices"][0]["message"]["content"]) << users[i];
+  }
+  // They ran side by side, so at least two slots copied the pinned rows.
+  auto sl = warm.client().Get("/slots");
+  ASSERT_TRUE(sl);
+  int holding = 0;
+  for (const json& s : json::parse(sl->body)) holding += s["cached_tokens"].get<int>() >= pinned;
+  EXPECT_EQ(holding, 3) << sl->body;
+  auto m = warm.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("edgelm_pinned_prefix_tokens " + std::to_string(pinned)), std::string::npos);
+  EXPECT_NE(m->body.find(fmt::format("edgelm_memory_reserved_bytes{{kind=\"pinned\"}} {}",
+                                     static_cast<uint64_t>(pinned) * warm.engine->plan().kv_per_token)),
+            std::string::npos);
+}
+
+// A conversation whose own slot was taken by another copies its prefix
+// from wherever it still is (here: a slot running another turn of it).
+TEST(PromptCache, APrefixInAnotherSlotIsCopiedNotComputed) {
+  LiveServer::Options o;
+  o.slots = 2;
+  o.ctx = 1024;
+  o.step_ms = 20;
+  LiveServer s(o);
+  std::string long_user;
+  for (int i = 0; i < 6; ++i) long_user += "the sensor on pole " + std::to_string(i) + " reads normal. ";
+  const json base = json::array({{{"role", "user"}, {"content", long_user}}});
+  // A long answer holds slot A with the conversation's prompt computed.
+  json first = chat(base);
+  first["max_tokens"] = 150;
+  std::thread t([&] { post(s, first); });
+  ASSERT_TRUE(test::wait_until([&] {
+    for (int i = 0; i < 2; ++i)
+      if (s.engine->state(i) == Engine::SlotState::Decode) return true;
+    return false;
+  }, 30));
+  // The same conversation's text again, a different question after it.
+  json again = base;
+  again.push_back({{"role", "assistant"}, {"content", "ok"}});
+  again.push_back({{"role", "user"}, {"content", "and pole 3?"}});
+  const json r = post(s, chat(again));
+  t.join();
+  const int prompt_tokens = r["usage"]["prompt_tokens"].get<int>();
+  EXPECT_GT(cached(r), prompt_tokens / 2) << r.dump();
 }
 
 }  // namespace

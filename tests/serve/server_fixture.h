@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "model/synth.h"
+#include "serve/prompt.h"
 #include "serve/server.h"
 #include "testutil.h"
 
@@ -59,6 +60,7 @@ struct LiveServer {
     int ctx = 256;
     double step_ms = 5;   // every engine step takes at least this long ...
     double token_ms = 0;  // ... plus this per token in the step
+    std::string system_prompt;  // pinned at start (as --system-prompt-file), rendered as chatml
     serve::ServerOptions server = [] {
       serve::ServerOptions s;
       s.admission.max_slowdown = 0;       // the relative gate only where a test asks for it
@@ -77,6 +79,15 @@ struct LiveServer {
     po.ctx = o.ctx;
     po.step_tokens = 64;
     po.threads = 1;
+    std::vector<int32_t> pinned;
+    if (!o.system_prompt.empty()) {
+      auto r = serve::ChatRenderer::builtin("chatml", *tok);
+      EXPECT_TRUE(r.ok());
+      auto t = serve::system_prompt_prefix(*tok, *r, o.system_prompt);
+      EXPECT_TRUE(t.ok()) << t.message();
+      pinned = *t;
+      po.pinned_tokens = static_cast<int>(pinned.size());
+    }
     auto plan = make_plan((*m)->config, (*m)->weights, po, Budget{1ull << 34, "test"});
     EngineOptions eo;
     eo.threads = 1;
@@ -86,6 +97,9 @@ struct LiveServer {
     auto e = Engine::create(std::move(m).value(), std::move(tok).value(), *plan, eo);
     EXPECT_TRUE(e.ok()) << e.message();
     engine = std::move(e).value();
+    if (!pinned.empty()) {
+      EXPECT_TRUE(engine->pin_prefix(pinned).ok());
+    }
     engine->start();
     o.server.port = 0;
     if (o.server.chat_template.empty() && o.server.chat_template_file.empty()) o.server.chat_template = "chatml";
