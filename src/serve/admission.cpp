@@ -240,6 +240,11 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     // load is allowed on top.
     const double step_now =
         st.step_model.predict(decoding + prefill_budget(st.step_model, decoding, steps, eo, slack));
+    // The request waits for the rest of that step too. With prompts ahead
+    // it is part of their prefill, already counted; with streams alone it
+    // is a decode step, half done on average (it matters when little is
+    // left to compute, as for a prompt copied from another slot).
+    if (decoding > 0 && ahead_tokens_.empty()) d.predicted_ttft += 0.5 * st.step_model.predict(decoding);
     d.promised_ttft = o_.max_ttft_slowdown * d.unloaded_ttft + step_now;
     const double planned = o_.ttft_margin * d.predicted_ttft;
     const bool too_slow = (o_.max_ttft_slowdown > 0 && planned > d.promised_ttft) ||

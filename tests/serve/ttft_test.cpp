@@ -96,7 +96,9 @@ TEST(Ttft, PredictionHoldsAndAdmittedRequestsKeepThePromise) {
   EXPECT_NEAR(alone.predicted, alone.ttft, 0.25 * alone.ttft) << "unloaded";
   std::vector<std::future<Streamed>> fs;
   for (int i = 0; i < 8; ++i) {
-    fs.push_back(std::async(std::launch::async, [&] { return stream(s, prompt, 120); }));
+    // Each prompt its own (no prefix to copy from another slot): every one
+    // is computed whole, behind the others.
+    fs.push_back(std::async(std::launch::async, [&, i] { return stream(s, std::to_string(i) + prompt, 120); }));
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   int admitted = 0, refused = 0;
