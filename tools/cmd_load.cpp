@@ -74,6 +74,13 @@ void add_load_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--stream", o.stream, "Stream (SSE): needed for TTFT and TPOT");
   cmd->add_flag("--chat", o.chat, "Use /v1/chat/completions (default /v1/completions)");
+  cmd->add_option("--turns", o.turns,
+                  "Conversations (closed loop, --chat): each client holds a chat of N turns, each sending the "
+                  "history plus a new user message of --prompt-tokens; TTFT is reported per turn")
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--system-tokens", o.system_tokens,
+                  "With --turns: every chat opens with the same system message of about this many tokens")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--model", o.model, "The request's \"model\" field (default: left out)");
   cmd->add_option("--pid", o.pid, "Sample this process's resident memory every 100 ms")
       ->check(CLI::Range(1, 1 << 30));

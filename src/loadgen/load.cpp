@@ -92,12 +92,12 @@ std::string body_for(const Shared& sh, uint64_t index) {
 }
 
 // Sends one request and records what came back. `start` is when it was due.
-RequestRecord send_one(const Shared& sh, httplib::Client& cli, uint64_t index,
-                       Clock::time_point start) {
+// `keep_reply`: keep the answer's text in the record.
+RequestRecord send_one(const Shared& sh, httplib::Client& cli, uint64_t index, Clock::time_point start,
+                       const std::string& body, bool keep_reply = false) {
   RequestRecord r;
   r.index = index;
   r.start_s = seconds(start - sh.t0);
-  const std::string body = body_for(sh, index);
   const auto sent = Clock::now();
   r.lag_s = std::max(0.0, seconds(sent - start));
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
@@ -137,6 +137,7 @@ RequestRecord send_one(const Shared& sh, httplib::Client& cli, uint64_t index,
         break;
       case ChunkInfo::Kind::Data:
         if (c.completion_tokens >= 0) usage_tokens = c.completion_tokens;
+        if (keep_reply) r.reply += c.content;
         if (c.content_bytes > 0) {
           if (r.chunks == 0) {
             first = now;
@@ -182,6 +183,7 @@ RequestRecord send_one(const Shared& sh, httplib::Client& cli, uint64_t index,
     if (parser.broken() && r.error.empty()) r.error = "sse_line_too_long";
   } else if (ok || r.status != 0) {
     const BodyInfo b = parse_body(text);
+    if (keep_reply) r.reply = b.content;
     if (r.status == 200) {
       if (!b.json && ok)
         r.error = "invalid_body";
@@ -220,8 +222,50 @@ void closed_loop(const Shared& sh, int clients, Recorder& rec) {
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&] {
       auto cli = make_client(sh.target, sh.o.timeout_s, /*keep_alive=*/true);
-      for (auto now = Clock::now(); now < stop_at; now = Clock::now())
-        rec.add(send_one(sh, *cli, next_index.fetch_add(1), now));
+      for (auto now = Clock::now(); now < stop_at; now = Clock::now()) {
+        const uint64_t i = next_index.fetch_add(1);
+        rec.add(send_one(sh, *cli, i, now, body_for(sh, i)));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Conversations: each client runs chats of o.turns turns back to back, each
+// turn sending the history with the answers as they came back. A failed
+// turn ends its chat (the next one starts fresh).
+void conversations(const Shared& sh, int clients, Recorder& rec) {
+  const auto stop_at = sh.t0 + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(sh.o.duration_s));
+  // One system message for every chat, as an edge deployment has.
+  const std::string system = sh.o.system_tokens > 0 ? make_prompt(sh.o.system_tokens, sh.o.seed ^ 0x5157u) : "";
+  std::atomic<uint64_t> next_index{0};
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(clients));
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      auto cli = make_client(sh.target, sh.o.timeout_s, /*keep_alive=*/true);
+      std::vector<std::string> history;
+      int turn = 0;
+      for (auto now = Clock::now(); now < stop_at; now = Clock::now()) {
+        if (turn == sh.o.turns) {
+          history.clear();
+          turn = 0;
+        }
+        const uint64_t i = next_index.fetch_add(1);
+        const std::string user = make_prompt(sh.o.prompt_tokens, sh.o.seed * 0x9E3779B97F4A7C15ull + i);
+        RequestRecord r = send_one(sh, *cli, i, now, make_conversation_body(sh.body, system, history, user), true);
+        r.turn = ++turn;
+        if (r.ok()) {
+          history.push_back(user);
+          history.push_back(std::move(r.reply));
+        } else {
+          history.clear();
+          turn = 0;
+        }
+        r.reply.clear();
+        rec.add(std::move(r));
+      }
     });
   }
   for (auto& t : threads) t.join();
@@ -251,7 +295,7 @@ uint64_t open_loop(const Shared& sh, int cap, Recorder& rec) {
       ++busy;
       lock.unlock();
       auto cli = make_client(sh.target, sh.o.timeout_s, /*keep_alive=*/false);
-      rec.add(send_one(sh, *cli, j.index, j.due));
+      rec.add(send_one(sh, *cli, j.index, j.due, body_for(sh, j.index)));
       lock.lock();
       --busy;
     }
@@ -336,6 +380,9 @@ Result<LoadResult> run_load(const LoadOptions& o) {
   if (o.prompt_tokens < 1 || o.max_tokens < 1)
     return make_error("--prompt-tokens and --max-tokens must be at least 1");
   if (o.timeout_s <= 0) return make_error("--timeout must be positive");
+  if (o.turns < 0 || o.system_tokens < 0) return make_error("--turns and --system-tokens must not be negative");
+  if (o.turns > 0 && (o.rate > 0 || !o.chat))
+    return make_error("--turns runs conversations: closed loop (no --rate) with --chat");
   LoadResult result;
   result.options = o;
   result.open_loop = o.rate > 0;
@@ -373,7 +420,10 @@ Result<LoadResult> run_load(const LoadOptions& o) {
   if (result.open_loop)
     result.client_dropped = open_loop(sh, result.concurrency, rec);
   else
-    closed_loop(sh, result.concurrency, rec);
+    if (o.turns > 0)
+      conversations(sh, result.concurrency, rec);
+    else
+      closed_loop(sh, result.concurrency, rec);
   result.wall_s = seconds(Clock::now() - sh.t0);
   result.records = rec.take();
   rusage ru{};

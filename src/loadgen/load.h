@@ -47,6 +47,12 @@ struct LoadOptions {
   std::string model;       // request "model" field ("" leaves it out)
   double timeout_s = 120;  // per request, from its start
   uint64_t seed = 1;
+  // Conversations (closed loop, chat): each client holds a chat of `turns`
+  // turns, each sending the whole history (its answers as they came back)
+  // plus a new user message of prompt_tokens, then starts a new chat. Every
+  // chat opens with the same system message of system_tokens (0: none).
+  int turns = 0;
+  int system_tokens = 0;
   int pid = 0;  // > 0: sample this process's RSS
   int rss_interval_ms = 100;
 };
@@ -55,6 +61,7 @@ inline constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
 
 struct RequestRecord {
   uint64_t index = 0;
+  int turn = 0;           // conversations: 1.. within its chat (0 otherwise)
   double start_s = 0;     // since the run's start (open loop: the scheduled arrival)
   double lag_s = 0;       // open loop: how late the request actually went out
   int status = 0;         // HTTP status, 0 when no response line arrived
@@ -70,6 +77,7 @@ struct RequestRecord {
   int chunks = 0;               // SSE events with content
   size_t keepalives = 0;        // SSE comments seen
   std::vector<float> gaps_s;    // every wait between content chunks (chunks - 1 of them)
+  std::string reply;            // conversations: the answer's text (sent back next turn)
 
   bool ok() const { return status == 200 && transport.empty() && error.empty(); }
   bool transport_error() const { return !transport.empty(); }

@@ -131,7 +131,9 @@ json report_json(const LoadResult& r) {
   const auto& o = r.options;
   const auto& recs = r.records;
   json j;
-  j["config"] = {{"url", o.url},
+  j["config"] = {{"turns", o.turns},
+                 {"system_tokens", o.system_tokens},
+                 {"url", o.url},
                  {"mode", r.open_loop ? "open" : "closed"},
                  {"concurrency", r.concurrency},
                  {"rate", o.rate},
@@ -198,6 +200,17 @@ json report_json(const LoadResult& r) {
                      {"ok_per_s", static_cast<double>(ok) / wall},
                      {"tokens_per_s", static_cast<double>(tokens) / wall}};
   j["rss"] = rss_json(r);
+  if (r.options.turns > 0) {
+    // Conversations: time to first token by turn (later turns carry the
+    // history: prompt reuse shows here).
+    json turns = json::array();
+    for (int t = 1; t <= r.options.turns; ++t) {
+      auto of_turn = [t](const RequestRecord& x) { return x.ok() && x.turn == t; };
+      turns.push_back({{"turn", t}, {"ttft_ms", summary_json(ms_summary(recs, of_turn, [](auto& x) { return x.ttft_s; }))},
+                       {"latency_ms", summary_json(ms_summary(recs, of_turn, [](auto& x) { return x.latency_s; }))}});
+    }
+    j["turns"] = turns;
+  }
   return j;
 }
 
@@ -240,6 +253,9 @@ std::string format_report(const json& j) {
   line("TPOT", j["ok"]["tpot_ms"]);
   line("token gaps", j["ok"]["itl_ms"]);
   line("latency", j["ok"]["latency_ms"]);
+  if (j.contains("turns")) {
+    for (const auto& t : j["turns"]) line(fmt::format("TTFT turn {}", t["turn"].get<int>()).c_str(), t["ttft_ms"]);
+  }
   s += "429s:\n";
   line("latency", j["status_429"]["latency_ms"]);
   const auto& t = j["throughput"];

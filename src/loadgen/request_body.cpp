@@ -30,13 +30,11 @@ std::string make_prompt(int n_tokens, uint64_t seed) {
   return s;
 }
 
-std::string make_body(const BodyOptions& o, const std::string& prompt) {
-  nlohmann::json j;
+namespace {
+
+// The fields every body shares, around `j`'s prompt or messages.
+std::string finish_body(const BodyOptions& o, nlohmann::json& j) {
   if (!o.model.empty()) j["model"] = o.model;
-  if (o.chat)
-    j["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", prompt}}});
-  else
-    j["prompt"] = prompt;
   j["max_tokens"] = o.max_tokens;
   j["temperature"] = o.temperature;
   j["ignore_eos"] = true;
@@ -45,6 +43,29 @@ std::string make_body(const BodyOptions& o, const std::string& prompt) {
     j["stream_options"] = {{"include_usage", true}};
   }
   return j.dump();
+}
+
+}  // namespace
+
+std::string make_body(const BodyOptions& o, const std::string& prompt) {
+  nlohmann::json j;
+  if (o.chat)
+    j["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", prompt}}});
+  else
+    j["prompt"] = prompt;
+  return finish_body(o, j);
+}
+
+std::string make_conversation_body(const BodyOptions& o, const std::string& system,
+                                   const std::vector<std::string>& history, const std::string& user) {
+  nlohmann::json msgs = nlohmann::json::array();
+  if (!system.empty()) msgs.push_back({{"role", "system"}, {"content", system}});
+  for (size_t i = 0; i < history.size(); ++i)
+    msgs.push_back({{"role", i % 2 == 0 ? "user" : "assistant"}, {"content", history[i]}});
+  msgs.push_back({{"role", "user"}, {"content", user}});
+  nlohmann::json j;
+  j["messages"] = std::move(msgs);
+  return finish_body(o, j);
 }
 
 const char* route(bool chat) {

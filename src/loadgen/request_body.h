@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace edgelm::loadgen {
 
@@ -24,6 +25,12 @@ struct BodyOptions {
 // The JSON body of one request. "ignore_eos": true (llama-server's and
 // edgelm's extension) makes every answer run to max_tokens.
 std::string make_body(const BodyOptions& o, const std::string& prompt);
+
+// A chat request that continues a conversation: an optional system message
+// (`system`, "" for none), the earlier turns as alternating user and
+// assistant messages (`history`, user first), then `user`.
+std::string make_conversation_body(const BodyOptions& o, const std::string& system,
+                                   const std::vector<std::string>& history, const std::string& user);
 
 // The route for `chat`: "/v1/chat/completions" or "/v1/completions".
 const char* route(bool chat);

@@ -42,6 +42,13 @@ size_t string_bytes(const json& obj, const char* key) {
   return it != obj.end() && it->is_string() ? it->get_ref<const std::string&>().size() : 0;
 }
 
+// obj[key] when it is a string, else "".
+std::string string_of(const json& obj, const char* key) {
+  if (!obj.is_object()) return {};
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // choices[0], or null.
 const json* first_choice(const json& j) {
   auto c = j.find("choices");
@@ -69,9 +76,12 @@ ChunkInfo parse_chunk(std::string_view data) {
   info.kind = ChunkInfo::Kind::Data;
   if (const json* c = first_choice(j); c && c->is_object()) {
     auto d = c->find("delta");
-    if (d != c->end())
-      info.content_bytes = string_bytes(*d, "content") + string_bytes(*d, "reasoning_content");
-    info.content_bytes += string_bytes(*c, "text");
+    if (d != c->end()) {
+      info.content = string_of(*d, "content");
+      info.content_bytes = string_bytes(*d, "reasoning_content");
+    }
+    info.content += string_of(*c, "text");
+    info.content_bytes += info.content.size();
   }
   return info;
 }
@@ -85,8 +95,9 @@ BodyInfo parse_body(std::string_view body) {
   info.completion_tokens = usage_tokens(j);
   if (const json* c = first_choice(j); c && c->is_object()) {
     auto m = c->find("message");
-    if (m != c->end()) info.content_bytes = string_bytes(*m, "content");
-    info.content_bytes += string_bytes(*c, "text");
+    if (m != c->end()) info.content = string_of(*m, "content");
+    info.content += string_of(*c, "text");
+    info.content_bytes = info.content.size();
   }
   return info;
 }

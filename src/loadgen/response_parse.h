@@ -18,6 +18,7 @@ struct ChunkInfo {
   };
   Kind kind = Kind::Invalid;
   size_t content_bytes = 0;  // text of choices[0] (delta.content, delta.reasoning_content or text)
+  std::string content;       // its delta.content (or text)
   int completion_tokens = -1;  // usage.completion_tokens when present
   std::string error_code;      // Kind::Error: see error_code_of
 };
@@ -28,6 +29,7 @@ ChunkInfo parse_chunk(std::string_view data);
 struct BodyInfo {
   bool json = false;           // the body parsed as a JSON object
   size_t content_bytes = 0;    // choices[0].message.content or choices[0].text
+  std::string content;         // that text
   int completion_tokens = -1;  // usage.completion_tokens when present
   std::string error_code;      // non-empty when the body is an error
 };

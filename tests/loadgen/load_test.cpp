@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "loadgen/plot.h"
@@ -46,6 +47,13 @@ class FakeServer {
     });
     srv_.Post("/v1/completions",
               [this](const httplib::Request& req, httplib::Response& res) { generate(req, res); });
+    srv_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        bodies_.push_back(req.body);
+      }
+      generate(req, res, true);
+    });
     // Sends two tokens, then drops the connection without ending the stream.
     srv_.Post("/broken/v1/completions", [](const httplib::Request&, httplib::Response& res) {
       res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
@@ -68,9 +76,14 @@ class FakeServer {
     return "http://127.0.0.1:" + std::to_string(port_) + prefix;
   }
   int max_active() const { return max_active_.load(); }
+  // The bodies of the chat requests, in arrival order.
+  std::vector<std::string> chat_bodies() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return bodies_;
+  }
 
  private:
-  void generate(const httplib::Request& req, httplib::Response& res) {
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat = false) {
     const bool stream = req.body.find("\"stream\":true") != std::string::npos;
     const int now = active_.fetch_add(1) + 1;
     if (now > o_.slots) {
@@ -94,7 +107,7 @@ class FakeServer {
     auto release = [this, held] {
       if (held->exchange(false)) active_.fetch_sub(1);
     };
-    auto provider = [o, stream, release](size_t, httplib::DataSink& sink) {
+    auto provider = [o, stream, chat, release](size_t, httplib::DataSink& sink) {
       auto put = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
       std::this_thread::sleep_for(o.prefill);
       std::string text;
@@ -103,8 +116,8 @@ class FakeServer {
         if (stream) {
           // A keep-alive comment now and then, as edgelm sends while idle.
           if (i == 1 && !put(": keep-alive\n\n")) return false;
-          if (!put("data: {\"choices\":[{\"index\":0,\"text\":\"tok "
-                   "\",\"finish_reason\":null}]}\n\n"))
+          if (!put(chat ? "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok \"}}]}\n\n"
+                        : "data: {\"choices\":[{\"index\":0,\"text\":\"tok \",\"finish_reason\":null}]}\n\n"))
             return false;
         } else {
           text += "tok ";
@@ -136,6 +149,8 @@ class FakeServer {
   std::thread thread_;
   std::atomic<int> active_{0};
   std::atomic<int> max_active_{0};
+  std::mutex mu_;
+  std::vector<std::string> bodies_;
 };
 
 size_t count_status(const LoadResult& r, int status) {
@@ -288,6 +303,50 @@ TEST(Load, OpenLoopDropsBeyondTheCap) {
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_LE(r->records.size(), 5u);
   EXPECT_GT(r->client_dropped, 15u);
+}
+
+// --turns: each chat sends its history back, the answers as they came, and
+// the report gives time to first token per turn.
+TEST(Load, ConversationsSendTheHistoryBack) {
+  FakeServer srv({.slots = 1, .tokens = 3, .prefill = 5ms, .gap = 2ms});
+  LoadOptions o;
+  o.url = srv.url();
+  o.clients = 1;
+  o.chat = true;
+  o.stream = true;
+  o.turns = 3;
+  o.system_tokens = 6;
+  o.prompt_tokens = 4;
+  o.duration_s = 0.4;
+  auto r = run_load(o);
+  ASSERT_TRUE(r.ok()) << r.message();
+  const std::vector<std::string> bodies = srv.chat_bodies();
+  ASSERT_GE(bodies.size(), 4u) << "at least one whole chat and the start of the next";
+  std::string system;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const nlohmann::json msgs = nlohmann::json::parse(bodies[i])["messages"];
+    const size_t turn = i % 3;  // 0-based turn of this request within its chat
+    ASSERT_EQ(msgs.size(), 2 + 2 * turn) << bodies[i];
+    EXPECT_EQ(msgs[0]["role"], "system");
+    if (i == 0) system = msgs[0]["content"];
+    EXPECT_EQ(msgs[0]["content"], system) << "every chat opens with the same system message";
+    for (size_t k = 0; k < turn; ++k) {
+      EXPECT_EQ(msgs[1 + 2 * k]["role"], "user");
+      EXPECT_EQ(msgs[2 + 2 * k]["role"], "assistant");
+      EXPECT_EQ(msgs[2 + 2 * k]["content"], "tok tok tok ");  // the streamed answer, sent back
+      // The earlier user messages are the ones sent before.
+      EXPECT_EQ(msgs[1 + 2 * k]["content"],
+                nlohmann::json::parse(bodies[i - turn + k])["messages"].back()["content"]);
+    }
+  }
+  EXPECT_EQ(std::count(system.begin(), system.end(), ' '), 5);
+  const nlohmann::json rep = report_json(*r);
+  ASSERT_EQ(rep["turns"].size(), 3u);
+  EXPECT_GE(rep["turns"][0]["ttft_ms"]["count"].get<size_t>(), 1u);
+  EXPECT_NE(format_report(rep).find("TTFT turn 3"), std::string::npos);
+  // Conversations need chat and a closed loop.
+  o.chat = false;
+  EXPECT_FALSE(run_load(o).ok());
 }
 
 TEST(Load, NonStreamedCountsUsageTokens) {
