@@ -324,6 +324,35 @@ TEST(Engine, DecodingAllocatesNothing) {
   e->release(r1);
 }
 
+// A whole request that starts from copied rows (the pinned prefix, another
+// slot) allocates nothing either: submit, copy, prefill, decode, release.
+TEST(Engine, RequestsThatCopyAllocateNothing) {
+  std::vector<int32_t> sys = {1};
+  for (int i = 0; i < 40; ++i) sys.push_back(5 + i);
+  auto e = make_engine(synth_model("tiny-qwen2", "Q4_0"), 3, 256, 2, DType::F16, 16, AttnMath::F32, 0, sys);
+  ASSERT_TRUE(e);
+  std::vector<int32_t> prompt = sys;
+  for (int i = 0; i < 10; ++i) prompt.push_back(60 + i);
+  GenerateParams p = greedy(20);
+  p.ignore_eos = true;
+  auto run = [&](int slot, int copy_from) {
+    p.copy_from = copy_from;
+    const SlotRef r = e->try_acquire(slot);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(e->submit(r, prompt, p).ok());
+    int n = 0;
+    while (e->finish(slot) == Finish::None) n = e->wait_for(slot, n, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    e->release(r);
+  };
+  run(1, kPinnedPrefix);  // warm-up
+  const uint64_t before = g_allocs.load();
+  run(2, kPinnedPrefix);
+  run(0, 2);
+  const uint64_t after = g_allocs.load();
+  EXPECT_EQ(after - before, 0u);
+  EXPECT_EQ(e->reused_tokens(0), static_cast<int>(prompt.size()) - 1);
+}
+
 // A late cancel or release through a reference whose slot has since been
 // released and taken again leaves the new request alone.
 TEST(Engine, StaleReferencesCannotTouchTheNextRequest) {
