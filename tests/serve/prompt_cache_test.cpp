@@ -144,5 +144,53 @@ TEST(PromptCache, APrefixInAnotherSlotIsCopiedNotComputed) {
   EXPECT_GT(cached(r), prompt_tokens / 2) << r.dump();
 }
 
+// 8 clients hold different conversations on 4 slots (they queue for them):
+// turns land in whatever slot is free, start from whatever prefix is
+// anywhere (their own old slot, the pinned system prompt), and every answer
+// equals what a server that computes everything says.
+TEST(PromptCache, EightConversationsOnFourSlotsAnswerAsAColdServer) {
+  const std::string sys = "you are the gate keeper; answer with few words";
+  LiveServer::Options o;
+  o.slots = 4;
+  o.ctx = 512;
+  o.server.admission.queue = 8;
+  o.server.admission.queue_timeout_s = 60;
+  o.system_prompt = sys;
+  LiveServer warm(o);
+  o.system_prompt.clear();
+  o.server.prompt_cache = false;
+  o.step_ms = 1;
+  LiveServer cold(o);
+  struct Turn {
+    json messages;
+    json answer;
+    int cached = 0;
+  };
+  std::vector<std::vector<Turn>> turns(8);
+  std::vector<std::thread> ts;
+  for (int c = 0; c < 8; ++c) {
+    ts.emplace_back([&, c] {
+      json msgs = json::array({{{"role", "system"}, {"content", sys}}});
+      for (int t = 0; t < 3; ++t) {
+        msgs.push_back({{"role", "user"}, {"content", "client " + std::to_string(c) + " asks question " + std::to_string(t)}});
+        const json r = post(warm, chat(msgs));
+        if (!r.contains("choices")) return;
+        turns[static_cast<size_t>(c)].push_back({msgs, r["choices"][0]["message"]["content"], cached(r)});
+        msgs.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  const int pinned = warm.engine->pinned_tokens();
+  for (int c = 0; c < 8; ++c) {
+    ASSERT_EQ(turns[static_cast<size_t>(c)].size(), 3u) << "client " << c;
+    for (const Turn& t : turns[static_cast<size_t>(c)]) {
+      EXPECT_GE(t.cached, pinned) << "every turn starts at least from the pinned system prompt";
+      const json r = post(cold, chat(t.messages));
+      EXPECT_EQ(t.answer, r["choices"][0]["message"]["content"]) << t.messages.dump();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace edgelm
