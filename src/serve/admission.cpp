@@ -92,7 +92,8 @@ Admission::Admission(Engine& engine, const AdmissionOptions& o)
     : engine_(engine),
       o_(o),
       reserved_compute_(static_cast<size_t>(engine.n_slots()), 0),
-      slot_class_(static_cast<size_t>(engine.n_slots()), 0) {
+      slot_class_(static_cast<size_t>(engine.n_slots()), 0),
+      states_(static_cast<size_t>(engine.n_slots()), Engine::SlotState::Free) {
   if (o_.classes.empty()) o_.classes.push_back({"chat", 0});
   held_.resize(o_.classes.size());
   admitted_ = std::make_unique<std::atomic<uint64_t>[]>(o_.classes.size());
@@ -119,12 +120,12 @@ Admission::Choice Admission::choose_slot_locked(const Ask& ask) {
   const int n = static_cast<int>(ask.prompt.size());
   // A free slot that another request is copying from cannot be taken
   // (for the rest of the engine's step).
-  auto available = [&](int i) { return engine_.state(i) == Engine::SlotState::Free && !engine_.lending(i); };
+  auto available = [&](int i) { return states_[static_cast<size_t>(i)] == Engine::SlotState::Free && !engine_.lending(i); };
   // Slots reserved for more urgent classes and not in use by them stay free.
   std::fill(held_.begin(), held_.end(), 0);
   int n_free = 0;
   for (int i = 0; i < engine_.n_slots(); ++i) {
-    if (engine_.state(i) != Engine::SlotState::Free) ++held_[static_cast<size_t>(slot_class_[static_cast<size_t>(i)])];
+    if (states_[static_cast<size_t>(i)] != Engine::SlotState::Free) ++held_[static_cast<size_t>(slot_class_[static_cast<size_t>(i)])];
     else if (available(i)) ++n_free;
   }
   int kept = 0;
@@ -182,13 +183,18 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
   if (draining_.load()) return refuse(Reason::Draining);
   if (pressure_.load()) return refuse(Reason::MemoryPressure);
   const EngineStats st = engine_.stats();
+  // One reading of the slots' states for the whole decision, so that all its
+  // counts agree: slots are acquired only under this lock, but held ones move
+  // on (Reserved -> Queued -> ... -> Free) at any time.
+  for (int i = 0; i < engine_.n_slots(); ++i) states_[static_cast<size_t>(i)] = engine_.state(i);
+  auto state = [&](int i) { return states_[static_cast<size_t>(i)]; };
   // Every held slot (reserved and prefilling ones too) counts as a decoding
   // stream: it will be. Slots are taken only under this lock, so the count
   // includes every request decided before this one. Less urgent classes do
   // not count against a more urgent request: their streams may slow for it.
   auto counts = [&](int i) { return slot_class_[static_cast<size_t>(i)] <= ask.cls; };
   int active = 0;
-  for (int i = 0; i < engine_.n_slots(); ++i) active += engine_.state(i) != Engine::SlotState::Free && counts(i);
+  for (int i = 0; i < engine_.n_slots(); ++i) active += state(i) != Engine::SlotState::Free && counts(i);
   Decision d;
   d.predicted_rate = predicted_stream_rate(st.step_model, active + 1);
   d.rate_floor = stream_rate_floor(o_, st.step_model);
@@ -216,18 +222,17 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     int decoding = 0, n_reserved = 0;
     for (int i = 0; i < engine_.n_slots(); ++i) {
       if (!counts(i)) continue;
-      const auto state = engine_.state(i);
       // Prefill goes by class, then submission: a (class, order) key.
       const uint64_t key = (static_cast<uint64_t>(slot_class_[static_cast<size_t>(i)]) << 56) | engine_.submission(i);
-      if (state == Engine::SlotState::Decode) ++decoding;
-      else if (state == Engine::SlotState::Reserved) ++n_reserved;
+      if (state(i) == Engine::SlotState::Decode) ++decoding;
+      else if (state(i) == Engine::SlotState::Reserved) ++n_reserved;
       else if (const int r = engine_.prefill_remaining(i); r > 0) ahead_.push_back({key, r});
     }
     std::sort(ahead_.begin(), ahead_.end());
     ahead_tokens_.clear();
     for (const auto& [seq, r] : ahead_) ahead_tokens_.push_back(r);
     for (int i = 0; n_reserved > 0 && i < engine_.n_slots(); ++i)
-      if (counts(i) && engine_.state(i) == Engine::SlotState::Reserved)
+      if (counts(i) && state(i) == Engine::SlotState::Reserved)
         ahead_tokens_.push_back(reserved_compute_[static_cast<size_t>(i)]);
     const int steps = engine_.plan().step_tokens;
     const EngineOptions& eo = engine_.options();

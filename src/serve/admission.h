@@ -199,6 +199,9 @@ class Admission {
   std::vector<int> ahead_tokens_;
   std::vector<int> slot_class_;  // class of each held slot (set when reserved)
   std::vector<int> held_;        // scratch: held slots per class
+  // Scratch: the slots' states, read once at the start of a decision so
+  // every count in it agrees (a slot moving on meanwhile is counted as it was).
+  std::vector<Engine::SlotState> states_;
   std::unique_ptr<std::atomic<uint64_t>[]> admitted_, refused_;  // per class
   // Finds the youngest stream of a class less urgent than `cls` and asks the
   // engine to end it; true if one was found.
