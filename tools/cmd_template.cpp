@@ -7,6 +7,7 @@
 
 #include "gguf/gguf.h"
 #include "serve/chat_renderer.h"
+#include "serve/prompt.h"
 #include "serve/openai.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/commands.h"
@@ -46,15 +47,10 @@ void add_template_command(CLI::App& app) {
     limits.n_vocab = tok->n_vocab();
     auto parsed = serve::parse_chat_request(body, limits);
     if (auto* err = std::get_if<serve::ApiError>(&parsed)) return fail(*messages + ": " + err->message);
-    // add_generation_prompt is not a chat request field: read it on its own.
-    const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-    const bool add_generation_prompt = !(j.is_object() && j.contains("add_generation_prompt") &&
-                                         j["add_generation_prompt"].is_boolean() && !j["add_generation_prompt"].get<bool>());
     auto choice = serve::ChatRenderer::for_model(*tok, *builtin, *file);
     if (!choice.renderer) return fail(choice.error);
-    std::vector<tokenizer::ChatMessage> msgs;
-    for (const auto& m : std::get<serve::GenerationRequest>(parsed).messages) msgs.push_back({m.role, m.content});
-    auto text = choice.renderer->render(msgs, add_generation_prompt);
+    const serve::GenerationRequest& r = std::get<serve::GenerationRequest>(parsed);
+    auto text = choice.renderer->render(serve::template_messages(r), r.add_generation_prompt);
     if (!text.ok()) return fail(text.message());
     std::fwrite(text->data(), 1, text->size(), stdout);
   });

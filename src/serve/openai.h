@@ -75,6 +75,10 @@ struct GenerationRequest {
   int top_logprobs = -1;       // -1: no logprobs; 0: the chosen token's only; up to 20 alternatives
   bool ignore_eos = false;     // non-standard (llama-server): keep going past end-of-sequence
   bool cache_prompt = true;    // non-standard (llama-server): false neither reuses nor leaves a cached prefix
+  // Chat, non-standard (llama-server's /apply-template): end the rendered
+  // prompt with the start of the assistant's turn. Only /apply-template and
+  // `edgelm template` read it; a chat completion always adds it.
+  bool add_generation_prompt = true;
 };
 
 struct RequestLimits {

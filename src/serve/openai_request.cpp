@@ -569,6 +569,7 @@ Err read_messages(const json& body, const RequestLimits& lim, GenerationRequest&
 Err read_chat(const json& body, const RequestLimits& lim, GenerationRequest& req) {
   EDGELM_API_TRY(read_messages(body, lim, req));
   EDGELM_API_TRY(read_common(body, req));
+  EDGELM_API_TRY(read_bool(body, "add_generation_prompt", "add_generation_prompt", req.add_generation_prompt));
 
   bool logprobs = false;
   EDGELM_API_TRY(read_bool(body, "logprobs", "logprobs", logprobs));

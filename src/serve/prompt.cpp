@@ -41,9 +41,7 @@ Result<std::vector<int32_t>> render_from(const tokenizer::Tokenizer& tok, const 
 
 std::variant<BuiltPrompt, ApiError> chat_prompt(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,
                                                 const GenerationRequest& r, int limit, Truncate policy) {
-  std::vector<tokenizer::ChatMessage> msgs;
-  msgs.reserve(r.messages.size());
-  for (const auto& m : r.messages) msgs.push_back({m.role, m.content});
+  const std::vector<tokenizer::ChatMessage> msgs = template_messages(r);
   auto full = encode(tok, tmpl, msgs);
   if (!full.ok()) return bad_messages(full.message());
   BuiltPrompt out;
@@ -136,6 +134,13 @@ std::variant<BuiltPrompt, ApiError> build_prompt(const tokenizer::Tokenizer& tok
   }
   p.dropped += n - static_cast<int>(p.tokens.size());
   return p;
+}
+
+std::vector<tokenizer::ChatMessage> template_messages(const GenerationRequest& r) {
+  std::vector<tokenizer::ChatMessage> msgs;
+  msgs.reserve(r.messages.size());
+  for (const auto& m : r.messages) msgs.push_back({m.role, m.content});
+  return msgs;
 }
 
 Result<std::vector<int32_t>> system_prompt_prefix(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,

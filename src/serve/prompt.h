@@ -39,6 +39,9 @@ std::variant<BuiltPrompt, ApiError> build_prompt(const tokenizer::Tokenizer& tok
                                                  const std::string& template_error, const GenerationRequest& r,
                                                  int ctx, int limit, Truncate policy);
 
+// A chat request's messages as the chat template takes them.
+std::vector<tokenizer::ChatMessage> template_messages(const GenerationRequest& r);
+
 // The pinned prefix of a system prompt: the tokens of what `tmpl` renders
 // for a conversation that starts with a system message of `text`, up to
 // where the first user message's content begins (the text two renderings

@@ -352,14 +352,8 @@ void Server::Impl::routes() {
     if (auto* err = std::get_if<ApiError>(&parsed)) return reply_error(res, *err);
     if (!chat_template)
       return reply_error(res, {400, "invalid_request_error", "chat_template", chat_template_error, "messages"});
-    const json j = json::parse(req.body, nullptr, false);
-    const bool add_generation_prompt =
-        j.is_object() && j.contains("add_generation_prompt") && j["add_generation_prompt"].is_boolean()
-            ? j["add_generation_prompt"].get<bool>()
-            : true;
-    std::vector<tokenizer::ChatMessage> msgs;
-    for (const auto& m : std::get<GenerationRequest>(parsed).messages) msgs.push_back({m.role, m.content});
-    auto text = chat_template->render(msgs, add_generation_prompt);
+    const GenerationRequest& r = std::get<GenerationRequest>(parsed);
+    auto text = chat_template->render(template_messages(r), r.add_generation_prompt);
     if (!text.ok())
       return reply_error(res, {400, "invalid_request_error", "invalid_messages", text.message(), "messages"});
     json_reply(res, {{"prompt", *text}});
