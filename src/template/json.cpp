@@ -1,3 +1,4 @@
+#include "core/utf8.h"
 #include "template/json.h"
 
 #include <algorithm>
@@ -141,7 +142,7 @@ class JsonReader {
           }
           // A lone surrogate cannot be UTF-8: U+FFFD stands in for it.
           if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;
-          pystr::append_utf8(out, cp);
+          utf8_append(out, cp, /*keep_surrogates=*/true);
           break;
         }
         default: return fail("bad escape");

@@ -1,3 +1,4 @@
+#include "core/utf8.h"
 #include "template/lexer.h"
 
 #include <array>
@@ -284,7 +285,7 @@ class Lexer {
           }
           if (cp > 0x10FFFF) return make_error("line {}: bad \\U escape in a string", line_);
           if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;
-          pystr::append_utf8(out, cp);
+          utf8_append(out, cp, /*keep_surrogates=*/true);
           break;
         }
         case 'N': return make_error("line {}: \\N{{...}} escapes are not supported", line_);
@@ -293,7 +294,7 @@ class Lexer {
             uint32_t cp = static_cast<uint32_t>(e - '0');
             for (int i = 0; i < 2 && p < s_.size() && s_[p] >= '0' && s_[p] <= '7'; ++i)
               cp = cp * 8 + static_cast<uint32_t>(s_[p++] - '0');
-            pystr::append_utf8(out, cp);
+            utf8_append(out, cp, /*keep_surrogates=*/true);
           } else {
             out.push_back('\\');
             out.push_back(e);

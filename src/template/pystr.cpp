@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/utf8.h"
+
 namespace edgelm::jinja::pystr {
 
 size_t cp_size(std::string_view s, size_t i) {
@@ -23,24 +25,6 @@ uint32_t decode_at(std::string_view s, size_t i) {
   uint32_t cp = c & (0xFF >> (n + 1));
   for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   return cp;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 size_t length(std::string_view s) {
@@ -308,7 +292,7 @@ size_t map_case(std::string& out, std::string_view s, size_t i, bool upper) {
     out += "SS";
     return n;
   }
-  append_utf8(out, upper ? to_upper_cp(cp) : to_lower_cp(cp));
+  utf8_append(out, upper ? to_upper_cp(cp) : to_lower_cp(cp), /*keep_surrogates=*/true);
   return n;
 }
 

@@ -42,7 +42,5 @@ void append_repr(std::string& out, std::string_view s);
 std::string html_escape(std::string_view s);
 // Code point at offset i (for ord-like comparisons); stray bytes as themselves.
 uint32_t decode_at(std::string_view s, size_t i);
-// Appends the UTF-8 encoding of cp.
-void append_utf8(std::string& out, uint32_t cp);
 
 }  // namespace edgelm::jinja::pystr

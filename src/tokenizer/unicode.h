@@ -13,9 +13,11 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
+
 namespace edgelm::tokenizer {
 
-inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
+using edgelm::kReplacementChar;
 inline constexpr std::string_view kSpmSpace = "\xE2\x96\x81";         // U+2581 '▁'
 
 struct Utf8Char {
@@ -45,7 +47,8 @@ inline size_t utf8_symbol_len(std::string_view s, size_t i) {
   return utf8_classify(s, i, &n) == Utf8Prefix::kComplete ? n : 1;
 }
 
-void utf8_append(std::string& out, uint32_t cp);
+// utf8_append: core/utf8.h.
+using edgelm::utf8_append;
 
 bool utf8_is_valid(std::string_view s);
 // Appends s to out with each malformed byte replaced by U+FFFD.
