@@ -353,6 +353,12 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
     // how late a client that hung up is noticed.
     w.cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return w.done; });
     if (w.done) break;
+    // A slot can be free with no release to hand it on: it was lending its
+    // rows to a copy when the last release came (see choose_slot_locked).
+    if (engine_.active_slots() < engine_.n_slots()) {
+      hand_off_locked();
+      if (w.done) break;
+    }
     Reason why = Reason::None;
     if (draining_.load()) why = Reason::Draining;
     else if (Clock::now() >= deadline) why = Reason::Slots;
