@@ -9,7 +9,7 @@
 #      its reason; then a screenshot (build/status-page/status.png);
 #   2. with --api-key: the page without the key shows only health; with the
 #      key (given as #key=..., which the page moves into sessionStorage) it
-#      shows the status.
+#      shows the status, and its chat box streams an answer (#say=...).
 #
 #   tests/e2e/status_page_test.sh [path/to/edgelm] [build dir]  (CTest: e2e.status_page)
 #
@@ -68,10 +68,9 @@ trap 'exit 130' INT TERM
 
 "$EDGELM" synth --shape tiny-llama --type Q8_0 -o "$WORK/tiny.gguf" >/dev/null 2>&1 || fail "edgelm synth failed"
 
-# 2 slots, no wait queue; every engine step takes >= 50 ms, so a stream of
-# 240 tokens runs for >= 12 s: long enough to be seen running by the browser.
+# 2 slots, no wait queue, the tiny model's answers in chatml.
 FLAGS=(-m "$WORK/tiny.gguf" --slots 2 --ctx 256 --queue 0 --threads 1 --memory-budget 256MiB
-       --debug-step-ms 50 --max-ttft-slowdown 0 --chat-template chatml --host 127.0.0.1 --port 0)
+       --max-ttft-slowdown 0 --chat-template chatml --host 127.0.0.1 --port 0)
 
 start_server() {  # log file, extra flags... -> sets PORT
   local log=$1
@@ -108,7 +107,9 @@ reserved_sum() {  # /metrics' edgelm_memory_reserved_bytes, summed over kinds
 }
 
 # ---- 1. no API key ---------------------------------------------------------
-start_server "$WORK/server.log"
+# Every engine step takes >= 50 ms, so a stream of 240 tokens runs for
+# >= 12 s: long enough to be seen running by the browser.
+start_server "$WORK/server.log" --debug-step-ms 50
 URL="http://127.0.0.1:$PORT"
 say "server on $URL"
 curl -sf "$URL/health" >/dev/null || fail "/health is not 200"
@@ -170,6 +171,8 @@ screenshot "$URL/" "$OUT/status.png"
 say "screenshot: $OUT/status.png"
 
 # ---- 2. with an API key ----------------------------------------------------
+# Full speed: the chat box's answer (below) streams to its end before the
+# browser dumps the page.
 start_server "$WORK/server-key.log" --api-key sesame
 KURL="http://127.0.0.1:$PORT"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$KURL/status")
@@ -183,10 +186,15 @@ grep -q '<body data-view="health"' "$WORK/nokey.html" || fail "without the key t
 say "with --api-key, the page without the key shows only health"
 screenshot "$KURL/" "$OUT/status-nokey.png"
 rm -rf "$WORK/chrome"  # a fresh profile: the key must come from the address
-browse "$KURL/#key=sesame" "$WORK/key.html"
+# The fragment also sends a first chat message: the page streams the answer
+# from /v1/chat/completions with the key.
+browse "$KURL/#key=sesame&say=Hello%20board&max_tokens=12" "$WORK/key.html"
 grep -q '<body data-view="status"' "$WORK/key.html" || fail "with the key the page did not show the status"
 KSUM=$(reserved_sum -H 'Authorization: Bearer sesame' "$KURL/metrics")
 total=$(attr "$WORK/key.html" plan-total data-bytes)
 [[ "$total" == "$KSUM" ]] || fail "with the key the plan total is '$total', /metrics says $KSUM"
-say "with the key (#key=...): the status, plan total $total"
+finish=$(grep -o 'data-role="model"[^>]*' "$WORK/key.html" | sed -n 's/.*data-finish="\([a-z]*\)".*/\1/p' | head -1)
+grep -q 'data-role="error"' "$WORK/key.html" && fail "the chat box shows an error: $(grep -o 'data-role="error".\{0,300\}' "$WORK/key.html")"
+[[ $finish == length || $finish == stop ]] || fail "the chat box did not stream an answer to its end (finish: '$finish')"
+say "with the key (#key=...): the status, plan total $total; the chat box streamed an answer (finish_reason $finish)"
 say "PASS"
