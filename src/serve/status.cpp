@@ -116,7 +116,16 @@ std::string status_json(const StatusView& v) {
   json refused = json::object();
   for (int r = 1; r < kReasonCount; ++r)
     refused[std::string(reason_name(static_cast<Reason>(r)))] = v.metrics.rejections[static_cast<size_t>(r)].load();
-  j["totals"] = {{"admitted", admitted}, {"refused", refused}, {"generated_tokens", st.generated_tokens}};
+  json by_class = json::array();
+  for (size_t cl = 0; cl < ao.classes.size(); ++cl)
+    by_class.push_back({{"class", ao.classes[cl].name},
+                        {"admitted", v.adm.admitted(static_cast<int>(cl))},
+                        {"refused", v.adm.refused(static_cast<int>(cl))}});
+  j["totals"] = {{"admitted", admitted},
+                 {"refused", refused},
+                 {"classes", by_class},
+                 {"generated_tokens", st.generated_tokens},
+                 {"prompt_tokens_reused", v.metrics.prompt_tokens_reused.load()}};
 
   // The ring as columns, oldest first.
   json h_t = json::array(), h_tok = json::array(), h_prompt = json::array(), h_busy = json::array(),

@@ -75,6 +75,7 @@ FLAGS=(-m "$WORK/tiny.gguf" --slots 2 --ctx 256 --queue 0 --threads 1 --memory-b
 start_server() {  # log file, extra flags... -> sets PORT
   local log=$1
   shift
+  : >"$log"  # the background job opens it later
   "$EDGELM" serve "${FLAGS[@]}" "$@" >"$log" 2>&1 &
   PIDS+=($!)
   PORT=""
@@ -130,6 +131,11 @@ code=$(curl -s -o "$WORK/refused.json" -w '%{http_code}' -H 'Content-Type: appli
 [[ $code == 429 ]] || fail "a third stream on two busy slots got $code, not 429: $(cat "$WORK/refused.json")"
 grep -q '"code":"slots"' "$WORK/refused.json" || fail "the 429 is not for slots: $(cat "$WORK/refused.json")"
 say "provoked a refusal: 429, code slots"
+# The ring samples once a second: wait until the refusal is in its history.
+for _ in $(seq 60); do
+  curl -sf "$URL/status" | grep -q '"slots":\[[0-9,]*[1-9]' && break
+  sleep 0.05
+done
 
 SUM=$(reserved_sum "$URL/metrics")
 [[ $SUM -gt 0 ]] || fail "no edgelm_memory_reserved_bytes in /metrics"
@@ -154,7 +160,8 @@ say "slots: $count ($shown_busy busy), refused for slots: $refused"
 LOAD=${STATUS_LOAD_SECONDS:-0}
 if [[ $LOAD -gt 0 ]]; then
   say "load for $LOAD s before the screenshot"
-  end=$(( $(date +%s) + LOAD ))
+  end=$(( $(date +%s) + LOAD + 60 ))  # still running when the picture is taken
+  LOADERS=()
   for c in 1 2 3; do
     (
       while [[ $(date +%s) -lt $end ]]; do
@@ -164,10 +171,12 @@ if [[ $LOAD -gt 0 ]]; then
       done
     ) &
     PIDS+=($!)
+    LOADERS+=($!)
   done
   sleep "$LOAD"
 fi
 screenshot "$URL/" "$OUT/status.png"
+if [[ $LOAD -gt 0 ]]; then kill "${LOADERS[@]}" 2>/dev/null || true; fi
 say "screenshot: $OUT/status.png"
 
 # ---- 2. with an API key ----------------------------------------------------

@@ -168,6 +168,9 @@ TEST(Status, JsonHasThePlanTheSlotsAndTheHistory) {
   }
   EXPECT_GE(j["totals"]["refused"]["slots"].get<int>(), 1);
   EXPECT_GE(j["totals"]["admitted"].get<int>(), 2);
+  ASSERT_EQ(j["totals"]["classes"].size(), 1u);
+  EXPECT_EQ(j["totals"]["classes"][0]["class"], "chat");
+  EXPECT_GE(j["totals"]["classes"][0]["refused"].get<int>(), 1);
 
   const json& h = j["history"];
   EXPECT_EQ(h["capacity_s"], 300);
