@@ -435,9 +435,16 @@ void Server::Impl::sample_status(Clock::time_point now) {
 }
 
 void Server::Impl::watch_memory() {
+  // Memory is checked every 250 ms, and the status ring sampled every second
+  // on the second (a late wake-up skips ahead rather than bursting).
+  auto next_sample = Clock::now();
   while (!stopping.load()) {
     const auto now = Clock::now();
-    if (now - last_sample >= std::chrono::seconds(1)) sample_status(now);
+    if (now >= next_sample) {
+      sample_status(now);
+      next_sample += std::chrono::seconds(1);
+      if (next_sample <= now) next_sample = now + std::chrono::seconds(1);
+    }
     const SystemMemory m = read_system_memory();
     bool pressure = m.psi_some_avg10 && *m.psi_some_avg10 > o.memory_pressure_psi;
     if (m.cgroup_limit && m.cgroup_working_set &&
@@ -449,7 +456,7 @@ void Server::Impl::watch_memory() {
       adm.set_memory_pressure(pressure);
     }
     std::unique_lock<std::mutex> lk(stop_mu);
-    stop_cv.wait_for(lk, std::chrono::milliseconds(250), [&] { return stopping.load(); });
+    stop_cv.wait_until(lk, std::min(now + std::chrono::milliseconds(250), next_sample), [&] { return stopping.load(); });
   }
 }
 

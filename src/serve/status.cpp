@@ -30,7 +30,8 @@ json slot_array(const StatusView& v) {
       j["max_tokens"] = e.max_tokens(i);
     }
     j["cached_tokens"] = e.cached_tokens(i);
-    if (const int c = v.adm.slot_class(i); c >= 0) j["class"] = v.adm.options().classes[static_cast<size_t>(c)].name;
+    if (const int c = v.adm.slot_class(i); c >= 0)
+      j["class"] = v.adm.options().classes[static_cast<size_t>(c)].name;
     if (static_cast<size_t>(i) < v.slot_rates.size()) {
       const float r = v.slot_rates[static_cast<size_t>(i)].load(std::memory_order_relaxed);
       j["tokens_per_s"] = std::round(r * 10) / 10;
@@ -40,10 +41,14 @@ json slot_array(const StatusView& v) {
   return arr;
 }
 
-json opt(const std::optional<uint64_t>& x) { return x ? json(*x) : json(nullptr); }
+json opt(const std::optional<uint64_t>& x) {
+  return x ? json(*x) : json(nullptr);
+}
 
 // A figure of the ring: rounded to what a chart can show, null for "none".
-json figure(float x) { return x < 0 ? json(nullptr) : json(std::round(static_cast<double>(x) * 1e4) / 1e4); }
+json figure(float x) {
+  return x < 0 ? json(nullptr) : json(std::round(static_cast<double>(x) * 1e4) / 1e4);
+}
 
 }  // namespace
 
@@ -59,11 +64,13 @@ std::string status_json(const StatusView& v) {
   json j;
   j["version"] = EDGELM_VERSION;
   j["uptime_s"] = std::floor(v.uptime_s);
-  j["model"] = {{"id", v.o.model_id}, {"name", c.name},         {"arch", c.arch_name}, {"layers", c.n_layers},
-                {"embd", c.n_embd},    {"vocab", c.n_vocab},     {"ctx_train", c.n_ctx_train}};
+  j["model"] = {{"id", v.o.model_id},        {"name", c.name},   {"arch", c.arch_name},
+                {"layers", c.n_layers},      {"embd", c.n_embd}, {"vocab", c.n_vocab},
+                {"ctx_train", c.n_ctx_train}};
 
   json classes = json::array();
-  for (const ClassSpec& cs : ao.classes) classes.push_back({{"name", cs.name}, {"reserved", cs.reserved}});
+  for (const ClassSpec& cs : ao.classes)
+    classes.push_back({{"name", cs.name}, {"reserved", cs.reserved}});
   const EngineOptions& eo = e.options();
   j["flags"] = {{"slots", p.slots},
                 {"ctx", p.ctx},
@@ -86,7 +93,9 @@ std::string status_json(const StatusView& v) {
   // them (they sum to the total), plus the pinned prefix, which no feature
   // reserves yet.
   json parts = json::array();
-  auto part = [&](const char* kind, uint64_t bytes) { parts.push_back({{"kind", kind}, {"bytes", bytes}}); };
+  auto part = [&](const char* kind, uint64_t bytes) {
+    parts.push_back({{"kind", kind}, {"bytes", bytes}});
+  };
   part("weights", p.weights);
   part("kv", p.kv);
   part("scratch", p.scratch);
@@ -99,7 +108,9 @@ std::string status_json(const StatusView& v) {
                  {"resident", current_rss_bytes()},
                  {"peak_resident", peak_rss_bytes()},
                  {"cgroup",
-                  {{"limit", opt(sys.cgroup_limit)}, {"usage", opt(sys.cgroup_usage)}, {"working_set", opt(sys.cgroup_working_set)}}},
+                  {{"limit", opt(sys.cgroup_limit)},
+                   {"usage", opt(sys.cgroup_usage)},
+                   {"working_set", opt(sys.cgroup_working_set)}}},
                  {"available", sys.mem_available}};
 
   j["slots"] = slot_array(v);
@@ -112,10 +123,12 @@ std::string status_json(const StatusView& v) {
 
   // Since start: requests admitted, refusals by reason.
   uint64_t admitted = 0;
-  for (size_t cl = 0; cl < ao.classes.size(); ++cl) admitted += v.adm.admitted(static_cast<int>(cl));
+  for (size_t cl = 0; cl < ao.classes.size(); ++cl)
+    admitted += v.adm.admitted(static_cast<int>(cl));
   json refused = json::object();
   for (int r = 1; r < kReasonCount; ++r)
-    refused[std::string(reason_name(static_cast<Reason>(r)))] = v.metrics.rejections[static_cast<size_t>(r)].load();
+    refused[std::string(reason_name(static_cast<Reason>(r)))] =
+        v.metrics.rejections[static_cast<size_t>(r)].load();
   json by_class = json::array();
   for (size_t cl = 0; cl < ao.classes.size(); ++cl)
     by_class.push_back({{"class", ao.classes[cl].name},
@@ -142,14 +155,17 @@ std::string status_json(const StatusView& v) {
     h_busy.push_back(s.busy);
     h_queued.push_back(s.queued);
     h_adm.push_back(s.admitted);
-    for (int r = 1; r < kReasonCount; ++r) h_ref[static_cast<size_t>(r)].push_back(s.refused[static_cast<size_t>(r)]);
+    for (int r = 1; r < kReasonCount; ++r)
+      h_ref[static_cast<size_t>(r)].push_back(s.refused[static_cast<size_t>(r)]);
     for (size_t q = 0; q < 3; ++q) {
       h_ttft[q].push_back(figure(s.ttft[q]));
       h_tpot[q].push_back(figure(s.tpot[q]));
     }
   });
   json h_refused = json::object();
-  for (int r = 1; r < kReasonCount; ++r) h_refused[std::string(reason_name(static_cast<Reason>(r)))] = std::move(h_ref[static_cast<size_t>(r)]);
+  for (int r = 1; r < kReasonCount; ++r)
+    h_refused[std::string(reason_name(static_cast<Reason>(r)))] =
+        std::move(h_ref[static_cast<size_t>(r)]);
   j["history"] = {{"capacity_s", v.ring.capacity()},
                   {"window_s", StatusRing::kWindow},
                   {"t", std::move(h_t)},
@@ -159,8 +175,14 @@ std::string status_json(const StatusView& v) {
                   {"queued", std::move(h_queued)},
                   {"admitted", std::move(h_adm)},
                   {"refused", std::move(h_refused)},
-                  {"ttft", {{"p50", std::move(h_ttft[0])}, {"p90", std::move(h_ttft[1])}, {"p99", std::move(h_ttft[2])}}},
-                  {"tpot", {{"p50", std::move(h_tpot[0])}, {"p90", std::move(h_tpot[1])}, {"p99", std::move(h_tpot[2])}}}};
+                  {"ttft",
+                   {{"p50", std::move(h_ttft[0])},
+                    {"p90", std::move(h_ttft[1])},
+                    {"p99", std::move(h_ttft[2])}}},
+                  {"tpot",
+                   {{"p50", std::move(h_tpot[0])},
+                    {"p90", std::move(h_tpot[1])},
+                    {"p99", std::move(h_tpot[2])}}}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

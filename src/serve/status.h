@@ -22,7 +22,8 @@ struct StatusView {
   const Metrics& metrics;
   const ServerOptions& o;
   const StatusRing& ring;
-  std::span<const std::atomic<float>> slot_rates;  // tokens/s of each slot's stream over the last second
+  std::span<const std::atomic<float>>
+      slot_rates;  // tokens/s of each slot's stream over the last second
   double uptime_s = 0;
 };
 

@@ -6,7 +6,9 @@ namespace edgelm::serve {
 
 namespace {
 
-uint64_t delta(uint64_t now, uint64_t before) { return now > before ? now - before : 0; }
+uint64_t delta(uint64_t now, uint64_t before) {
+  return now > before ? now - before : 0;
+}
 
 Histogram::Counts minus(const Histogram::Counts& a, const Histogram::Counts& b) {
   Histogram::Counts d{};
@@ -25,7 +27,8 @@ float histogram_quantile(const Histogram::Counts& c, double q) {
   for (size_t i = 0; i < c.size(); ++i) {
     const double in = static_cast<double>(c[i]);
     if (in > 0 && before + in >= rank) {
-      const double lo = i == 0 ? 0.0 : Histogram::kBounds[std::min(i, size_t{Histogram::kBuckets}) - 1];
+      const double lo =
+          i == 0 ? 0.0 : Histogram::kBounds[std::min(i, size_t{Histogram::kBuckets}) - 1];
       const double hi = i < Histogram::kBuckets ? Histogram::kBounds[i] : Histogram::kBounds.back();
       return static_cast<float>(lo + (hi - lo) * std::clamp((rank - before) / in, 0.0, 1.0));
     }
@@ -59,12 +62,14 @@ void StatusRing::record(int64_t t, double dt, const StatusCounters& now) {
   const double per = 1.0 / std::max(dt, 1e-3);
   StatusSample s;
   s.t = t;
-  s.tokens_per_s = static_cast<float>(static_cast<double>(delta(now.generated, last_.generated)) * per);
+  s.tokens_per_s =
+      static_cast<float>(static_cast<double>(delta(now.generated, last_.generated)) * per);
   s.prompt_per_s = static_cast<float>(static_cast<double>(delta(now.prompt, last_.prompt)) * per);
   s.busy = static_cast<uint16_t>(std::clamp(now.busy, 0, 65535));
   s.queued = static_cast<uint16_t>(std::clamp(now.queued, 0, 65535));
   s.admitted = static_cast<uint32_t>(delta(now.admitted, last_.admitted));
-  for (size_t r = 0; r < s.refused.size(); ++r) s.refused[r] = static_cast<uint32_t>(delta(now.refused[r], last_.refused[r]));
+  for (size_t r = 0; r < s.refused.size(); ++r)
+    s.refused[r] = static_cast<uint32_t>(delta(now.refused[r], last_.refused[r]));
   // The oldest cumulative counts still held: kWindow records ago, or the first.
   const size_t oldest = hist_n_ >= W ? hist_n_ % W : 0;
   const Histogram::Counts ttft = minus(now.ttft, ttft_hist_[oldest]);

@@ -19,15 +19,15 @@ namespace edgelm::serve {
 // (StatusRing::kWindow seconds), in seconds; negative when nothing was
 // observed in it.
 struct StatusSample {
-  int64_t t = 0;                 // unix seconds at the end of the second
-  float tokens_per_s = 0;        // tokens sampled by the engine, all slots
-  float prompt_per_s = 0;        // prompt tokens prefilled
-  uint16_t busy = 0;             // slots holding a request
-  uint16_t queued = 0;           // requests waiting for a slot
-  uint32_t admitted = 0;         // requests the gate admitted in this second
+  int64_t t = 0;                                 // unix seconds at the end of the second
+  float tokens_per_s = 0;                        // tokens sampled by the engine, all slots
+  float prompt_per_s = 0;                        // prompt tokens prefilled
+  uint16_t busy = 0;                             // slots holding a request
+  uint16_t queued = 0;                           // requests waiting for a slot
+  uint32_t admitted = 0;                         // requests the gate admitted in this second
   std::array<uint32_t, kReasonCount> refused{};  // refusals by Reason (index 0 unused)
-  std::array<float, 3> ttft{};   // p50, p90, p99
-  std::array<float, 3> tpot{};   // p50, p90, p99
+  std::array<float, 3> ttft{};                   // p50, p90, p99
+  std::array<float, 3> tpot{};                   // p50, p90, p99
 };
 
 // What the sampler reads each second: monotonically growing counters.

@@ -22,7 +22,9 @@ using serve::StatusSample;
 using test::chat_body;
 using test::LiveServer;
 
-constexpr size_t idx(Reason r) { return static_cast<size_t>(r); }
+constexpr size_t idx(Reason r) {
+  return static_cast<size_t>(r);
+}
 
 TEST(StatusRing, QuantileInterpolatesInsideItsBucket) {
   Histogram::Counts c{};
@@ -55,7 +57,7 @@ TEST(StatusRing, KeepsTheNewestSecondsInAFixedRing) {
     ts.push_back(s.t);
     rates.push_back(s.tokens_per_s);
   });
-  EXPECT_EQ(ts, (std::vector<int64_t>{4, 5, 6, 7, 8}));  // oldest first
+  EXPECT_EQ(ts, (std::vector<int64_t>{4, 5, 6, 7, 8}));      // oldest first
   EXPECT_EQ(rates, (std::vector<float>{7, 9, 11, 13, 15}));  // t^2 - (t-1)^2
 }
 
@@ -98,7 +100,8 @@ TEST(StatusRing, IsCountedWithTheServerBuffers) {
   serve::ServerOptions a, b;
   a.status_seconds = 300;
   b.status_seconds = 600;
-  EXPECT_EQ(serve::server_buffer_bytes(b, 4) - serve::server_buffer_bytes(a, 4), 300 * sizeof(StatusSample));
+  EXPECT_EQ(serve::server_buffer_bytes(b, 4) - serve::server_buffer_bytes(a, 4),
+            300 * sizeof(StatusSample));
   EXPECT_GE(serve::server_buffer_bytes(a, 4), StatusRing::bytes(300));
 }
 
@@ -120,7 +123,8 @@ TEST(Status, JsonHasThePlanTheSlotsAndTheHistory) {
   std::vector<std::future<int>> streams;
   for (int i = 0; i < 2; ++i)
     streams.push_back(std::async(std::launch::async, [&] {
-      auto r = s.client().Post("/v1/chat/completions", chat_body("go", 200, true), "application/json");
+      auto r =
+          s.client().Post("/v1/chat/completions", chat_body("go", 200, true), "application/json");
       return r ? r->status : -1;
     }));
   ASSERT_TRUE(test::wait_until([&] { return s.engine->active_slots() == 2; }, 5));
@@ -155,7 +159,8 @@ TEST(Status, JsonHasThePlanTheSlotsAndTheHistory) {
     sum += part["bytes"].get<uint64_t>();
     kinds.push_back(part["kind"]);
   }
-  EXPECT_EQ(kinds, (std::vector<std::string>{"weights", "kv", "scratch", "pinned_prefix", "other", "process"}));
+  EXPECT_EQ(kinds, (std::vector<std::string>{"weights", "kv", "scratch", "pinned_prefix", "other",
+                                             "process"}));
   EXPECT_EQ(sum, p.total);
   EXPECT_EQ(j["memory"]["plan"]["total"].get<uint64_t>(), p.total);
   EXPECT_EQ(j["memory"]["budget"]["bytes"].get<uint64_t>(), p.budget.bytes);
@@ -164,7 +169,8 @@ TEST(Status, JsonHasThePlanTheSlotsAndTheHistory) {
 
   ASSERT_EQ(j["slots"].size(), 2u);
   for (const auto& sl : j["slots"]) {
-    for (const char* k : {"id", "state", "ctx", "cached_tokens", "tokens_per_s"}) EXPECT_TRUE(sl.contains(k)) << k;
+    for (const char* k : {"id", "state", "ctx", "cached_tokens", "tokens_per_s"})
+      EXPECT_TRUE(sl.contains(k)) << k;
   }
   EXPECT_GE(j["totals"]["refused"]["slots"].get<int>(), 1);
   EXPECT_GE(j["totals"]["admitted"].get<int>(), 2);
@@ -176,8 +182,10 @@ TEST(Status, JsonHasThePlanTheSlotsAndTheHistory) {
   EXPECT_EQ(h["capacity_s"], 300);
   const size_t n = h["t"].size();
   EXPECT_GE(n, 1u);
-  for (const char* col : {"tokens_per_s", "prompt_per_s", "busy", "queued", "admitted"}) EXPECT_EQ(h[col].size(), n) << col;
-  for (const char* r : {"slots", "throughput", "ttft", "memory_pressure", "draining", "prompt_too_long"})
+  for (const char* col : {"tokens_per_s", "prompt_per_s", "busy", "queued", "admitted"})
+    EXPECT_EQ(h[col].size(), n) << col;
+  for (const char* r :
+       {"slots", "throughput", "ttft", "memory_pressure", "draining", "prompt_too_long"})
     EXPECT_EQ(h["refused"][r].size(), n) << r;
   for (const char* q : {"p50", "p90", "p99"}) {
     EXPECT_EQ(h["ttft"][q].size(), n);
@@ -189,7 +197,8 @@ TEST(Status, JsonHasThePlanTheSlotsAndTheHistory) {
       [&] {
         j = get_json(c, "/slots");
         for (const auto& sl : j)
-          if (sl["state"] == "decode" && sl["generated_tokens"].get<int>() > 0 && sl["tokens_per_s"].get<double>() > 0)
+          if (sl["state"] == "decode" && sl["generated_tokens"].get<int>() > 0 &&
+              sl["tokens_per_s"].get<double>() > 0)
             return true;
         return false;
       },
@@ -208,7 +217,8 @@ TEST(Status, PageIsServedWithoutKeyAndStatusNeedsIt) {
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->get_header_value("Content-Type"), "text/html; charset=utf-8");
   EXPECT_NE(r->body.find("id=\"plan-total\""), std::string::npos);
-  EXPECT_EQ(r->body.find("http://"), r->body.find("http://www.w3.org/2000/svg")) << "no external requests";
+  EXPECT_EQ(r->body.find("http://"), r->body.find("http://www.w3.org/2000/svg"))
+      << "no external requests";
   EXPECT_EQ(r->body.find("https://"), std::string::npos) << "no external requests";
   get_json(c, "/status", 401);
   get_json(c, "/slots", 401);
