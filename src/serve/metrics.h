@@ -19,8 +19,11 @@ class Histogram {
   // Upper bounds in seconds, from 5 ms to 60 s.
   static constexpr std::array<double, kBuckets> kBounds = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
                                                            0.5,   1.0,  2.5,   5.0,  10.0,  30.0, 60.0};
+  // Counts per bucket, the last for observations beyond the last bound.
+  using Counts = std::array<uint64_t, kBuckets + 1>;
   void observe(double seconds);
   void render(std::string& out, const char* name, const char* help) const;
+  Counts counts() const;
 
  private:
   std::array<std::atomic<uint64_t>, kBuckets + 1> counts_{};  // last: +Inf

@@ -17,6 +17,8 @@
 #include "core/sysmem.h"
 #include "serve/http_pool.h"
 #include "serve/openai.h"
+#include "serve/status.h"
+#include "serve/status_ring.h"
 #include "serve/stream.h"
 
 namespace edgelm::serve {
@@ -42,6 +44,9 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Per slot, the sampler keeps its holder's generation, token count and rate.
+constexpr uint64_t kSlotSampleBytes = sizeof(uint64_t) + sizeof(int) + sizeof(std::atomic<float>);
+
 }  // namespace
 
 uint64_t server_buffer_bytes(const ServerOptions& o, int slots) {
@@ -50,8 +55,10 @@ uint64_t server_buffer_bytes(const ServerOptions& o, int slots) {
   const uint64_t per_conn = 3 * static_cast<uint64_t>(o.max_body_bytes) + 64 * 1024;
   // And every slot one non-streamed answer (its text, logprobs and JSON),
   // which the gate keeps within max_response_bytes.
+  // And the status page's ring, with each slot's last token count and rate.
   return static_cast<uint64_t>(http_threads_for(o, slots) + 1) * per_conn +
-         static_cast<uint64_t>(slots) * o.max_response_bytes;
+         static_cast<uint64_t>(slots) * o.max_response_bytes + StatusRing::bytes(o.status_seconds) +
+         static_cast<uint64_t>(slots) * kSlotSampleBytes;
 }
 
 uint64_t non_streamed_answer_bytes(int max_tokens, int top_logprobs, size_t max_piece) {
@@ -84,6 +91,21 @@ struct Server::Impl {
   std::atomic<bool> stopping{false};
   std::mutex stop_mu;
   std::condition_variable stop_cv;
+  // The status page's history and each slot's tokens/s, sampled once a
+  // second by the monitor thread; all allocated here, at start.
+  const Clock::time_point started = Clock::now();
+  StatusRing ring{o.status_seconds};
+  std::unique_ptr<std::atomic<float>[]> slot_rate;
+  std::vector<uint64_t> slot_gen;    // the holding whose tokens slot_count counted
+  std::vector<int> slot_count;       // its output tokens at the last sample
+  Clock::time_point last_sample{};
+
+  StatusView status_view() {
+    return StatusView{engine, adm, metrics, o, ring,
+                      std::span<const std::atomic<float>>(slot_rate.get(), static_cast<size_t>(engine.n_slots())),
+                      std::chrono::duration<double>(Clock::now() - started).count()};
+  }
+  void sample_status(Clock::time_point now);
 
   void routes();
   void reply_error(httplib::Response& res, const ApiError& e, int retry_after = 0);
@@ -273,7 +295,8 @@ void Server::Impl::routes() {
       reply_error(res, {503, "server_unavailable", "too_many_connections", "too many open connections", ""}, 1);
       return httplib::Server::HandlerResponse::Handled;
     }
-    if ((!o.api_key.empty() || !o.api_key_classes.empty()) && req.path != "/health" && req.path != "/ready") {
+    const bool open_route = req.path == "/health" || req.path == "/ready" || (req.path == "/" && req.method == "GET");
+    if ((!o.api_key.empty() || !o.api_key_classes.empty()) && !open_route) {
       const std::string got = req.get_header_value("Authorization");
       bool valid = !o.api_key.empty() && got == "Bearer " + o.api_key;
       for (const auto& [key, cls] : o.api_key_classes) valid = valid || got == "Bearer " + key;
@@ -323,22 +346,18 @@ void Server::Impl::routes() {
     if (!d.ok()) return json_reply(res, {{"status", "not_ready"}, {"reason", reason_name(d.reason)}}, 503);
     json_reply(res, {{"status", "ready"}, {"free_slots", engine.n_slots() - engine.active_slots()}});
   });
-  http.Get("/slots", [this, json_reply](const httplib::Request&, httplib::Response& res) {
-    static const char* names[] = {"free", "reserved", "queued", "prefill", "decode", "finished"};
-    json arr = json::array();
-    for (int i = 0; i < engine.n_slots(); ++i) {
-      const auto st = engine.state(i);
-      json j = {{"id", i}, {"state", names[static_cast<int>(st)]}, {"ctx", engine.ctx()}};
-      if (st != Engine::SlotState::Free && st != Engine::SlotState::Reserved) {
-        j["prompt_tokens"] = engine.prompt_tokens(i);
-        j["generated_tokens"] = engine.wait_for(i, 1 << 30, Clock::now());
-        j["max_tokens"] = engine.max_tokens(i);
-      }
-      j["cached_tokens"] = engine.cached_tokens(i);
-      if (const int c = adm.slot_class(i); c >= 0) j["class"] = class_name(c);
-      arr.push_back(j);
-    }
-    json_reply(res, arr);
+  http.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(slots_json(status_view()), "application/json");
+  });
+  // The status page is static (served without a key); what it shows comes
+  // from /status, which needs the key like the API.
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(status_page_html().data(), status_page_html().size(), "text/html; charset=utf-8");
+  });
+  http.Get("/status", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(status_json(status_view()), "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_metrics(metrics, engine, adm, pool ? pool->open() : 0), "text/plain; version=0.0.4");
@@ -380,8 +399,47 @@ void Server::Impl::routes() {
   });
 }
 
+void Server::Impl::sample_status(Clock::time_point now) {
+  const double dt = std::chrono::duration<double>(now - last_sample).count();
+  const EngineStats st = engine.stats();
+  StatusCounters c;
+  c.generated = st.generated_tokens;
+  c.prompt = st.prompt_tokens;
+  for (size_t i = 0; i < adm.options().classes.size(); ++i) c.admitted += adm.admitted(static_cast<int>(i));
+  for (size_t r = 0; r < c.refused.size(); ++r) c.refused[r] = metrics.rejections[r].load();
+  c.ttft = metrics.ttft.counts();
+  c.tpot = metrics.tpot.counts();
+  c.busy = st.active;
+  c.queued = adm.queued();
+  ring.record(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
+              dt, c);
+  // Each slot's stream: tokens since the last sample, if the same request holds it.
+  for (int i = 0; i < engine.n_slots(); ++i) {
+    const size_t k = static_cast<size_t>(i);
+    const auto state = engine.state(i);
+    const bool running = state == Engine::SlotState::Prefill || state == Engine::SlotState::Decode ||
+                         state == Engine::SlotState::Finished || state == Engine::SlotState::Queued;
+    const uint64_t gen = engine.holder(i).gen;
+    const int count = running ? engine.wait_for(i, 1 << 30, now) : 0;
+    const bool same = running && gen == slot_gen[k] && last_sample != Clock::time_point{};
+    slot_rate[k].store(same && dt > 0 ? static_cast<float>((count - slot_count[k]) / dt) : 0.0f, std::memory_order_relaxed);
+    slot_gen[k] = gen;
+    slot_count[k] = count;
+  }
+  last_sample = now;
+}
+
 void Server::Impl::watch_memory() {
+  // Memory is checked every 250 ms, and the status ring sampled every second
+  // on the second (a late wake-up skips ahead rather than bursting).
+  auto next_sample = Clock::now();
   while (!stopping.load()) {
+    const auto now = Clock::now();
+    if (now >= next_sample) {
+      sample_status(now);
+      next_sample += std::chrono::seconds(1);
+      if (next_sample <= now) next_sample = now + std::chrono::seconds(1);
+    }
     const SystemMemory m = read_system_memory();
     bool pressure = m.psi_some_avg10 && *m.psi_some_avg10 > o.memory_pressure_psi;
     if (m.cgroup_limit && m.cgroup_working_set &&
@@ -393,7 +451,7 @@ void Server::Impl::watch_memory() {
       adm.set_memory_pressure(pressure);
     }
     std::unique_lock<std::mutex> lk(stop_mu);
-    stop_cv.wait_for(lk, std::chrono::milliseconds(250), [&] { return stopping.load(); });
+    stop_cv.wait_until(lk, std::min(now + std::chrono::milliseconds(250), next_sample), [&] { return stopping.load(); });
   }
 }
 
@@ -410,6 +468,10 @@ Server::Server(Engine& engine, const ServerOptions& o)
       }())),
       metrics_(std::make_unique<Metrics>()) {
   impl_ = std::make_unique<Impl>(*this);
+  const size_t n_slots = static_cast<size_t>(engine.n_slots());
+  impl_->slot_rate = std::make_unique<std::atomic<float>[]>(n_slots);
+  impl_->slot_gen.assign(n_slots, 0);
+  impl_->slot_count.assign(n_slots, 0);
   ChatRendererChoice tmpl = ChatRenderer::for_model(engine.tokenizer(), o.chat_template, o.chat_template_file);
   impl_->chat_template = std::move(tmpl.renderer);
   impl_->chat_template_error = std::move(tmpl.error);

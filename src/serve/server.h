@@ -53,10 +53,14 @@ struct ServerOptions {
   // The most a non-streamed answer may hold (text, logprobs, JSON); counted
   // once per slot in the plan. Larger answers must be streamed.
   uint64_t max_response_bytes = 2 << 20;
+  // The status page's history: a ring of this many per-second samples,
+  // allocated at start and counted with the server buffers.
+  int status_seconds = 300;
 };
 
 // The bytes of memory the HTTP side can hold at most (request bodies and
-// response buffers of every connection), for the memory plan.
+// response buffers of every connection, the status page's ring of samples),
+// for the memory plan.
 uint64_t server_buffer_bytes(const ServerOptions& o, int slots);
 // A bound on the bytes a non-streamed answer of `max_tokens` tokens holds,
 // with `top_logprobs` alternatives per token (-1: no logprobs), when no
