@@ -86,12 +86,13 @@ std::string status_json(const StatusView& v) {
                 {"default_class", v.o.default_class},
                 {"preempt", ao.preempt},
                 {"prompt_cache", v.o.prompt_cache},
+                {"pinned_tokens", v.engine.pinned_tokens()},
                 {"api_key", !v.o.api_key.empty() || !v.o.api_key_classes.empty()},
                 {"mlock", eo.mlock}};
 
   // The plan's parts as /metrics' edgelm_memory_reserved_bytes reports
-  // them (they sum to the total), plus the pinned prefix, which no feature
-  // reserves yet.
+  // them (they sum to the total); the pinned prefix is the system prompt's
+  // KV (--system-prompt-file).
   json parts = json::array();
   auto part = [&](const char* kind, uint64_t bytes) {
     parts.push_back({{"kind", kind}, {"bytes", bytes}});
@@ -99,7 +100,7 @@ std::string status_json(const StatusView& v) {
   part("weights", p.weights);
   part("kv", p.kv);
   part("scratch", p.scratch);
-  part("pinned_prefix", 0);
+  part("pinned_prefix", p.pinned);
   part("other", p.sampler + p.slot_state + p.extra);
   part("process", p.baseline);
   const SystemMemory sys = read_system_memory();

@@ -178,8 +178,8 @@ TEST(Status, JsonHasThePlanTheSlotsAndTheHistory) {
   EXPECT_EQ(j["flags"]["ctx"], s.engine->ctx());
   EXPECT_EQ(j["flags"]["api_key"], false);
 
-  // The plan's parts are /metrics' reserved bytes (and the pinned prefix,
-  // none yet), and they sum to its total.
+  // The plan's parts are /metrics' reserved bytes (the pinned prefix 0
+  // here, see below), and they sum to its total.
   const MemoryPlan& p = s.engine->plan();
   uint64_t sum = 0;
   std::vector<std::string> kinds;
@@ -233,6 +233,26 @@ TEST(Status, JsonHasThePlanTheSlotsAndTheHistory) {
       3))
       << j.dump();
   for (auto& f : streams) EXPECT_EQ(f.get(), 200);
+}
+
+// A pinned system prompt is a part of the plan of its own.
+TEST(Status, ThePinnedPrefixIsAPartOfThePlan) {
+  LiveServer::Options o;
+  o.slots = 2;
+  o.system_prompt = "you are the status page's test";
+  LiveServer s(o);
+  auto c = s.client();
+  const json j = get_json(c, "/status");
+  const MemoryPlan& p = s.engine->plan();
+  ASSERT_GT(p.pinned, 0u);
+  uint64_t sum = 0, pinned = 0;
+  for (const auto& part : j["memory"]["plan"]["parts"]) {
+    sum += part["bytes"].get<uint64_t>();
+    if (part["kind"] == "pinned_prefix") pinned = part["bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(pinned, p.pinned);
+  EXPECT_EQ(sum, p.total);
+  EXPECT_EQ(j["flags"]["pinned_tokens"], s.engine->pinned_tokens());
 }
 
 TEST(Status, PageIsServedWithoutKeyAndStatusNeedsIt) {
