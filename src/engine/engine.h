@@ -30,6 +30,7 @@
 #include "core/thread_pool.h"
 #include "engine/memory_plan.h"
 #include "engine/sampler.h"
+#include "engine/token_constraint.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -62,6 +63,12 @@ struct GenerateParams {
   // submission order, and a more urgent prompt's prefill does not wait for
   // the time less urgent streams have banked (they may slow down for it).
   int priority = 0;
+  // What the output may be (a JSON schema, say), or null. Owned by the
+  // request; the engine steps it on its thread, drops it at release, and
+  // ends the answer (Finish::Stop) once the constraint says it is done. An
+  // end-of-generation token then always ends the answer (ignore_eos does not
+  // apply), and a constraint that allows nothing ends it as Finish::Error.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct EngineOptions {
