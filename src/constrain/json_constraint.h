@@ -24,7 +24,7 @@
 namespace edgelm::constrain {
 
 // The bytes of every token, grouped by first byte, made once per model
-// (8 bytes a token plus the tokenizer's own tables, which it shares).
+// (23 bytes a token plus the tokenizer's own tables, which it shares).
 class TokenVocab {
  public:
   explicit TokenVocab(const tokenizer::Tokenizer& tok);
@@ -37,11 +37,16 @@ class TokenVocab {
   }
   // Whether every single byte is a token of its own (the budget relies on it).
   bool has_all_bytes() const { return all_bytes_; }
+  // The characters of a token made only of characters a JSON string may hold
+  // as they are (no quote, backslash or control character; whole UTF-8
+  // sequences), or -1.
+  int plain_chars(int32_t t) const { return plain_[static_cast<size_t>(t)]; }
 
  private:
   tokenizer::Tokenizer tok_;  // keeps the tables the pieces point into
   std::vector<std::string_view> pieces_;
   std::vector<uint8_t> eog_;
+  std::vector<int16_t> plain_;
   std::vector<int32_t> order_;  // token ids by first byte
   uint32_t start_[258] = {};
   bool all_bytes_ = true;
@@ -58,11 +63,22 @@ class JsonConstraint final : public TokenConstraint {
   // Tokens the shortest value takes at most (its bytes): a request needs at
   // least this max_tokens.
   int min_tokens() const { return state_.min_close(); }
+  // Steps the automaton over bytes given rather than sampled (tests).
+  bool advance(std::string_view bytes) { return state_.feed(bytes); }
+  const Matcher& state() const { return state_; }
 
  private:
   std::shared_ptr<const Schema> schema_;
   std::shared_ptr<const TokenVocab> vocab_;
+  // A token of plain characters inside a plain string, decided without
+  // stepping the matcher; -1 when the shortcut does not apply.
+  int plain_verdict(int32_t token, int left) const;
+
   Matcher state_;
+  // Set by mask()/allows() for the current state: the shortcut's inputs.
+  bool plain_ = false;
+  Matcher::PlainString str_{};
+  int close_ = 0;
   Matcher first_;  // scratch: after a token's first byte
   Matcher trial_;  // scratch: after all of a token's bytes
 };

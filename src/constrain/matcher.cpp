@@ -611,6 +611,15 @@ int Matcher::min_close() const {
   return static_cast<int>(std::min<int64_t>(total, kUnbounded));
 }
 
+bool Matcher::plain_string(PlainString* out) const {
+  if (depth_ == 0) return false;
+  const Frame& f = f_[depth_ - 1];
+  const Node& n = node(f);
+  if (n.kind != Kind::String || f.phase != kSBody || n.pattern >= 0) return false;
+  *out = {f.n, n.min_len, n.max_len};
+  return true;
+}
+
 void Matcher::copy_from(const Matcher& o) {
   s_ = o.s_;
   depth_ = o.depth_;

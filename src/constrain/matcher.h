@@ -38,6 +38,13 @@ class Matcher {
   bool done() const { return finished_; }
   // The fewest bytes that make the text complete (0 when it is).
   int min_close() const;
+  // Inside a string with no pattern, between characters: its characters so
+  // far and its length limits (for JsonConstraint's shortcut: a token of
+  // plain characters is then decided by its length alone).
+  struct PlainString {
+    int chars, min_len, max_len;
+  };
+  bool plain_string(PlainString* out) const;
   // Becomes a copy of `o` (same schema), copying only the live frames.
   void copy_from(const Matcher& o);
   int depth() const { return depth_; }

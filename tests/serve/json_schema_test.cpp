@@ -294,7 +294,48 @@ TEST(JsonSchema, NoiseModelAnswersValidateWithABigVocabulary) {
     o.output = path;
     ASSERT_TRUE(write_synthetic_model(o).ok());
   }
-  generate_under_schemas(path, 8);
+  generate_under_schemas(path, 4);
+}
+
+// The mask's shortcuts (plain tokens inside strings decided by their length)
+// agree with feeding every token's bytes.
+TEST(JsonSchema, MaskAgreesWithFeedingEveryToken) {
+  EDGELM_REQUIRE_VOCAB(vocab_path, "ggml-vocab-qwen2.gguf");
+  auto file = gguf::File::open(vocab_path);
+  ASSERT_TRUE(file.ok());
+  auto tok = tokenizer::Tokenizer::from_gguf(*file);
+  ASSERT_TRUE(tok.ok());
+  auto vocab = std::make_shared<const constrain::TokenVocab>(*tok);
+  const CompiledSchema c = compile(
+      R"({"type":"object","properties":{"s":{"type":"string","minLength":3,"maxLength":6},"n":{"type":"integer","maximum":50}},"required":["s"]})");
+  ASSERT_TRUE(c.schema);
+  const int n = vocab->n_vocab();
+  std::vector<float> logits(static_cast<size_t>(n));
+  for (const char* prefix : {"", "{\"s\":\"", "{\"s\":\"ab", "{\"s\":\"abcde", "{\"s\":\"abcdef", "{\"s\":\"abc\", \"n\":"}) {
+    for (int left : {0, 2, 5, 100}) {
+      SCOPED_TRACE(std::string(prefix) + " left " + std::to_string(left));
+      constrain::JsonConstraint jc(c.schema, vocab);
+      ASSERT_TRUE(jc.advance(prefix));
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      const int allowed = jc.mask(logits.data(), n, left);
+      int want = 0, wrong = 0;
+      constrain::Matcher m(*c.schema);
+      for (int32_t t = 0; t < n; ++t) {
+        bool ok = false;
+        if (vocab->eog(t)) {
+          ok = jc.complete();
+        } else if (!vocab->piece(t).empty()) {
+          m.copy_from(jc.state());
+          ok = m.feed(vocab->piece(t)) && m.min_close() <= left;
+        }
+        want += ok;
+        wrong += ok != (logits[static_cast<size_t>(t)] == 0.0f);
+        if (jc.allows(t, left) != ok) ++wrong;
+      }
+      EXPECT_EQ(allowed, want);
+      EXPECT_EQ(wrong, 0);
+    }
+  }
 }
 
 TEST(JsonSchema, DeepNestingIsRefused) {
