@@ -166,10 +166,10 @@ class CountingConstraint final : public TokenConstraint {
     add(t0);
     return r;
   }
-  int mask(float* logits, int n, int left) override {
+  int mask(const float* logits, float* out, int n, int left) override {
     masks_.fetch_add(1);
     const auto t0 = Clock::now();
-    const int r = c_->mask(logits, n, left);
+    const int r = c_->mask(logits, out, n, left);
     add(t0);
     return r;
   }

@@ -90,43 +90,46 @@ bool JsonConstraint::allows(int32_t token, int left) {
   return trial_.feed(p) && trial_.min_close() <= left;
 }
 
-int JsonConstraint::mask(float* logits, int n_vocab, int left) {
+int JsonConstraint::mask(const float* logits, float* out, int n_vocab, int left) {
   int allowed = 0;
   plain_ = state_.plain_string(&str_);
   if (plain_) close_ = state_.min_close();
+  const bool end_ok = state_.complete();
+  auto keep = [&](int32_t t) {
+    out[t] = logits[t];
+    ++allowed;
+  };
   for (int b = 0; b < 256; ++b) {
     const std::span<const int32_t> bucket = vocab_->starting_with(b);
     if (bucket.empty()) continue;
     first_.copy_from(state_);
+    // A refused first byte refuses its whole group (end-of-generation
+    // tokens aside, whatever their text).
     const bool ok = first_.feed(static_cast<uint8_t>(b));
+    if (!ok && !end_ok) continue;
     for (int32_t t : bucket) {
       if (t >= n_vocab) continue;
-      bool keep = false;
       if (vocab_->eog(t)) {
-        keep = state_.complete();
-      } else if (!ok) {
-        keep = false;
-      } else if (const int v = plain_verdict(t, left); v >= 0) {
-        keep = v == 1;
-      } else {
-        const std::string_view p = vocab_->piece(t);
-        if (p.size() == 1) {
-          keep = first_.min_close() <= left;
-        } else {
-          trial_.copy_from(first_);
-          keep = trial_.feed(p.substr(1)) && trial_.min_close() <= left;
-        }
+        if (end_ok) keep(t);
+        continue;
       }
-      if (keep) ++allowed;
-      else logits[t] = -INFINITY;
+      if (!ok) continue;
+      if (const int v = plain_verdict(t, left); v >= 0) {
+        if (v == 1) keep(t);
+        continue;
+      }
+      const std::string_view p = vocab_->piece(t);
+      if (p.size() == 1) {
+        if (first_.min_close() <= left) keep(t);
+      } else {
+        trial_.copy_from(first_);
+        if (trial_.feed(p.substr(1)) && trial_.min_close() <= left) keep(t);
+      }
     }
   }
-  const bool end_ok = state_.complete();
-  for (int32_t t : vocab_->starting_with(256)) {
-    if (t >= n_vocab) continue;
-    if (end_ok && vocab_->eog(t)) ++allowed;
-    else logits[t] = -INFINITY;
-  }
+  if (end_ok)
+    for (int32_t t : vocab_->starting_with(256))
+      if (t < n_vocab && vocab_->eog(t)) keep(t);
   return allowed;
 }
 

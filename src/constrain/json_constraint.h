@@ -56,7 +56,7 @@ class JsonConstraint final : public TokenConstraint {
  public:
   JsonConstraint(std::shared_ptr<const Schema> schema, std::shared_ptr<const TokenVocab> vocab);
   bool allows(int32_t token, int left) override;
-  int mask(float* logits, int n_vocab, int left) override;
+  int mask(const float* logits, float* out, int n_vocab, int left) override;
   void accept(int32_t token) override;
   bool done() const override { return state_.done(); }
   bool complete() const { return state_.complete(); }

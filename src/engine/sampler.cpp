@@ -34,8 +34,8 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<
                         TokenConstraint* c, int left) {
   const int32_t tok = sample(logits, p, recent, rng);
   if (c == nullptr || c->allows(tok, left)) return tok;
-  std::copy(logits, logits + n_vocab_, masked_.begin());
-  if (c->mask(masked_.data(), n_vocab_, left) == 0) return -1;
+  std::fill(masked_.begin(), masked_.end(), -INFINITY);
+  if (c->mask(logits, masked_.data(), n_vocab_, left) == 0) return -1;
   return sample(masked_.data(), p, recent, rng);
 }
 

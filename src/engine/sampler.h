@@ -61,9 +61,9 @@ class Sampler {
 
   // The same under a constraint (`left`: tokens that may follow this one).
   // Fast path: the token drawn as above, kept if the constraint allows it
-  // (one check, usually a few bytes). Otherwise the row is copied, every
-  // refused token masked to -infinity, and the draw repeated on what is
-  // left. Returns -1 when the constraint allows nothing at all.
+  // (one check, usually a few bytes). Otherwise a row of -infinity gets the
+  // logits of the tokens the constraint allows, and the draw is repeated on
+  // it. Returns -1 when the constraint allows nothing at all.
   int32_t sample(const float* logits, const SamplingParams& p, std::span<const int32_t> recent, Rng& rng,
                  TokenConstraint* c, int left);
 

@@ -18,9 +18,11 @@ class TokenConstraint {
   // automaton refuses what it could not bring to an end within them).
   // End-of-generation tokens are allowed only where the output is complete.
   virtual bool allows(int32_t token, int left) = 0;
-  // Sets logits[t] to -infinity for every token t that allows() refuses, in
-  // one pass over the vocabulary. Returns how many tokens remain allowed.
-  virtual int mask(float* logits, int n_vocab, int left) = 0;
+  // Copies logits[t] to out[t] for every token t that allows() accepts and
+  // leaves the rest of `out` alone (the caller has filled it with
+  // -infinity): refused tokens cost nothing where the automaton can refuse
+  // whole groups of them at once. Returns how many tokens are allowed.
+  virtual int mask(const float* logits, float* out, int n_vocab, int left) = 0;
   // Advances past `token` (which allows() accepted).
   virtual void accept(int32_t token) = 0;
   // The output is complete and nothing may follow it: end the answer.

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -310,14 +311,14 @@ TEST(JsonSchema, MaskAgreesWithFeedingEveryToken) {
       R"({"type":"object","properties":{"s":{"type":"string","minLength":3,"maxLength":6},"n":{"type":"integer","maximum":50}},"required":["s"]})");
   ASSERT_TRUE(c.schema);
   const int n = vocab->n_vocab();
-  std::vector<float> logits(static_cast<size_t>(n));
+  std::vector<float> logits(static_cast<size_t>(n), 0.0f), out(static_cast<size_t>(n));
   for (const char* prefix : {"", "{\"s\":\"", "{\"s\":\"ab", "{\"s\":\"abcde", "{\"s\":\"abcdef", "{\"s\":\"abc\", \"n\":"}) {
     for (int left : {0, 2, 5, 100}) {
       SCOPED_TRACE(std::string(prefix) + " left " + std::to_string(left));
       constrain::JsonConstraint jc(c.schema, vocab);
       ASSERT_TRUE(jc.advance(prefix));
-      std::fill(logits.begin(), logits.end(), 0.0f);
-      const int allowed = jc.mask(logits.data(), n, left);
+      std::fill(out.begin(), out.end(), -INFINITY);
+      const int allowed = jc.mask(logits.data(), out.data(), n, left);
       int want = 0, wrong = 0;
       constrain::Matcher m(*c.schema);
       for (int32_t t = 0; t < n; ++t) {
@@ -329,7 +330,7 @@ TEST(JsonSchema, MaskAgreesWithFeedingEveryToken) {
           ok = m.feed(vocab->piece(t)) && m.min_close() <= left;
         }
         want += ok;
-        wrong += ok != (logits[static_cast<size_t>(t)] == 0.0f);
+        wrong += ok != (out[static_cast<size_t>(t)] == 0.0f);
         if (jc.allows(t, left) != ok) ++wrong;
       }
       EXPECT_EQ(allowed, want);
