@@ -4,7 +4,7 @@ under a json_schema (some streamed), plus json_object and /v1/completions
 ones; every answer must end with finish_reason "stop" well within max_tokens,
 parse, and validate (python3-jsonschema, formats checked).
 
-  json_schema_client.py http://127.0.0.1:PORT
+  json_schema_client.py http://127.0.0.1:PORT [N]    (N schema answers, default 100)
 """
 import concurrent.futures
 import json
@@ -22,6 +22,7 @@ except ImportError:
     sys.exit(77)
 
 BASE = sys.argv[1]
+N = int(sys.argv[2]) if len(sys.argv) > 2 else 100
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -94,7 +95,7 @@ def main():
     any_object = jsonschema.Draft202012Validator({"type": "object"})
     jobs = []
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        for i in range(100):
+        for i in range(N):
             jobs.append(("schema", validator, pool.submit(chat, i, SCHEMA, "json_schema", i % 4 == 0)))
         for i in range(10):
             jobs.append(("json_object", any_object, pool.submit(chat, 1000 + i, None, "json_object", i % 2 == 0)))
