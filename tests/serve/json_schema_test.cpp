@@ -298,7 +298,7 @@ TEST(JsonSchema, NoiseModelAnswersValidateWithABigVocabulary) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   generate_under_schemas(path, 1);  // a sanitizer makes each answer ten times slower
 #else
-  generate_under_schemas(path, 4);
+  generate_under_schemas(path, 2);
 #endif
 }
 
