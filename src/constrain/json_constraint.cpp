@@ -17,14 +17,22 @@ int plain_chars_of(std::string_view p) {
     if (b < 0x80) {
       if (b < 0x20 || b == 0x7F || b == '"' || b == '\\') return -1;
       len = 1;
-    } else if (b >= 0xC2 && b <= 0xDF) len = 2;
-    else if (b == 0xE0) len = 3, lo = 0xA0;
-    else if (b == 0xED) len = 3, hi = 0x9F;
-    else if (b >= 0xE1 && b <= 0xEF) len = 3;
-    else if (b == 0xF0) len = 4, lo = 0x90;
-    else if (b >= 0xF1 && b <= 0xF3) len = 4;
-    else if (b == 0xF4) len = 4, hi = 0x8F;
-    else return -1;
+    } else if (b >= 0xC2 && b <= 0xDF)
+      len = 2;
+    else if (b == 0xE0)
+      len = 3, lo = 0xA0;
+    else if (b == 0xED)
+      len = 3, hi = 0x9F;
+    else if (b >= 0xE1 && b <= 0xEF)
+      len = 3;
+    else if (b == 0xF0)
+      len = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3)
+      len = 4;
+    else if (b == 0xF4)
+      len = 4, hi = 0x8F;
+    else
+      return -1;
     if (i + static_cast<size_t>(len) > p.size()) return -1;
     for (int k = 1; k < len; ++k) {
       const uint8_t c = static_cast<uint8_t>(p[i + static_cast<size_t>(k)]);
@@ -49,7 +57,8 @@ TokenVocab::TokenVocab(const tokenizer::Tokenizer& tok) : tok_(tok) {
     pieces_[static_cast<size_t>(t)] = tok_.token_piece_view(t);
     eog_[static_cast<size_t>(t)] = tok_.is_eog(t) ? 1 : 0;
     const std::string_view p = pieces_[static_cast<size_t>(t)];
-    plain_[static_cast<size_t>(t)] = static_cast<int16_t>(eog_[static_cast<size_t>(t)] ? -1 : plain_chars_of(p));
+    plain_[static_cast<size_t>(t)] =
+        static_cast<int16_t>(eog_[static_cast<size_t>(t)] ? -1 : plain_chars_of(p));
     ++count[p.empty() ? 256 : static_cast<uint8_t>(p[0])];
     if (p.size() == 1) single[static_cast<uint8_t>(p[0])] = true;
   }
@@ -65,8 +74,13 @@ TokenVocab::TokenVocab(const tokenizer::Tokenizer& tok) : tok_(tok) {
   for (int b = 0x20; b < 0x7F; ++b) all_bytes_ = all_bytes_ && single[b];
 }
 
-JsonConstraint::JsonConstraint(std::shared_ptr<const Schema> schema, std::shared_ptr<const TokenVocab> vocab)
-    : schema_(std::move(schema)), vocab_(std::move(vocab)), state_(*schema_), first_(*schema_), trial_(*schema_) {}
+JsonConstraint::JsonConstraint(std::shared_ptr<const Schema> schema,
+                               std::shared_ptr<const TokenVocab> vocab)
+    : schema_(std::move(schema)),
+      vocab_(std::move(vocab)),
+      state_(*schema_),
+      first_(*schema_),
+      trial_(*schema_) {}
 
 int JsonConstraint::plain_verdict(int32_t token, int left) const {
   if (!plain_) return -1;

@@ -15,7 +15,16 @@ constexpr int kIntDigits = 15;
 constexpr int kFracDigits = 15;
 
 // Phases of an object frame.
-enum : uint8_t { kOOpen, kOKey, kOColon, kOAfterColon, kOValue, kOAfterValue, kOComma, kOKeyString };
+enum : uint8_t {
+  kOOpen,
+  kOKey,
+  kOColon,
+  kOAfterColon,
+  kOValue,
+  kOAfterValue,
+  kOComma,
+  kOKeyString
+};
 // Of an array frame.
 enum : uint8_t { kAOpen, kAValue, kAAfter, kAComma };
 // Of a string frame.
@@ -231,13 +240,21 @@ bool Matcher::feed(uint8_t b) {
     const Node& n = node(f);
     Fed r = Fed::Refused;
     switch (n.kind) {
-      case Kind::Object: return feed_object(f, n, b);
-      case Kind::Array: return feed_array(f, n, b);
-      case Kind::String: return feed_string(f, n, b);
+      case Kind::Object:
+        return feed_object(f, n, b);
+      case Kind::Array:
+        return feed_array(f, n, b);
+      case Kind::String:
+        return feed_string(f, n, b);
       case Kind::Integer:
-      case Kind::Number: r = feed_number(f, n, b); break;
-      case Kind::Literal: r = feed_literal(f, n, b); break;
-      case Kind::Choice: return false;
+      case Kind::Number:
+        r = feed_number(f, n, b);
+        break;
+      case Kind::Literal:
+        r = feed_literal(f, n, b);
+        break;
+      case Kind::Choice:
+        return false;
     }
     if (r != Fed::Ended) return r == Fed::Took;
     pop();  // the number or literal ended before b: its parent takes b
@@ -266,7 +283,8 @@ bool Matcher::feed_key(Frame& f, const Node& n, uint8_t b) {
   for (int c = f.n; c <= last; ++c) {
     const std::string& k = n.props[static_cast<size_t>(c)].key;
     if (k.size() <= x || static_cast<uint8_t>(k[x]) != b) continue;
-    if (x > 0 && std::memcmp(k.data(), n.props[static_cast<size_t>(f.m)].key.data(), x) != 0) continue;
+    if (x > 0 && std::memcmp(k.data(), n.props[static_cast<size_t>(f.m)].key.data(), x) != 0)
+      continue;
     f.m = c;
     ++f.x;
     // Keys end with their closing quote, so none is a prefix of another.
@@ -382,7 +400,8 @@ bool Matcher::feed_string(Frame& f, const Node& n, uint8_t b) {
     case kSBody: {
       if (b == '"') {
         if (f.n < n.min_len) return false;
-        if (n.pattern >= 0 && !((f.x >> s_->patterns[static_cast<size_t>(n.pattern)].end()) & 1)) return false;
+        if (n.pattern >= 0 && !((f.x >> s_->patterns[static_cast<size_t>(n.pattern)].end()) & 1))
+          return false;
         pop();
         return true;
       }
@@ -414,14 +433,22 @@ bool Matcher::feed_string(Frame& f, const Node& n, uint8_t b) {
       // A UTF-8 lead byte: how many continuation bytes, and the range of
       // the first (which rules out overlong forms and surrogates).
       int pending = 0, lo = 0x80, hi = 0xBF;
-      if (b >= 0xC2 && b <= 0xDF) pending = 1;
-      else if (b == 0xE0) pending = 2, lo = 0xA0;
-      else if (b == 0xED) pending = 2, hi = 0x9F;
-      else if (b >= 0xE1 && b <= 0xEF) pending = 2;
-      else if (b == 0xF0) pending = 3, lo = 0x90;
-      else if (b >= 0xF1 && b <= 0xF3) pending = 3;
-      else if (b == 0xF4) pending = 3, hi = 0x8F;
-      else return false;
+      if (b >= 0xC2 && b <= 0xDF)
+        pending = 1;
+      else if (b == 0xE0)
+        pending = 2, lo = 0xA0;
+      else if (b == 0xED)
+        pending = 2, hi = 0x9F;
+      else if (b >= 0xE1 && b <= 0xEF)
+        pending = 2;
+      else if (b == 0xF0)
+        pending = 3, lo = 0x90;
+      else if (b >= 0xF1 && b <= 0xF3)
+        pending = 3;
+      else if (b == 0xF4)
+        pending = 3, hi = 0x8F;
+      else
+        return false;
       ++f.n;
       f.phase = kSUtf8;
       f.m = pending | (lo << 8) | (hi << 16);
@@ -461,11 +488,15 @@ Matcher::Fed Matcher::feed_number(Frame& /*f*/, const Node& n, uint8_t b) {
   const size_t nint = has_dot ? dot : body.size();
   const size_t nfrac = has_dot ? body.size() - dot - 1 : 0;
   bool syntax = false;
-  if (b == '-') syntax = t.empty();
-  else if (b == '.') syntax = n.kind == Kind::Number && !has_dot && nint > 0;
+  if (b == '-')
+    syntax = t.empty();
+  else if (b == '.')
+    syntax = n.kind == Kind::Number && !has_dot && nint > 0;
   else if (b >= '0' && b <= '9') {
-    if (has_dot) syntax = nfrac < static_cast<size_t>(kFracDigits);
-    else syntax = !(nint == 1 && body[0] == '0') && nint < static_cast<size_t>(kIntDigits);
+    if (has_dot)
+      syntax = nfrac < static_cast<size_t>(kFracDigits);
+    else
+      syntax = !(nint == 1 && body[0] == '0') && nint < static_cast<size_t>(kIntDigits);
   }
   if (syntax) {
     num_[num_len_] = static_cast<char>(b);
@@ -490,14 +521,16 @@ Matcher::Fed Matcher::feed_literal(Frame& f, const Node& n, uint8_t b) {
   for (size_t i = 0; i < n.literals.size(); ++i) {
     const std::string& l = n.literals[i];
     if (l.size() <= pos || static_cast<uint8_t>(l[pos]) != b) continue;
-    if (pos > 0 && std::memcmp(l.data(), n.literals[static_cast<size_t>(f.m)].data(), pos) != 0) continue;
+    if (pos > 0 && std::memcmp(l.data(), n.literals[static_cast<size_t>(f.m)].data(), pos) != 0)
+      continue;
     f.m = static_cast<int32_t>(i);
     ++f.n;
     // Whole, and no other literal goes on from here: the value is over.
     if (static_cast<size_t>(f.n) == l.size() && !literal_can_grow(f, n)) pop();
     return Fed::Took;
   }
-  if (f.m >= 0 && static_cast<size_t>(f.n) == n.literals[static_cast<size_t>(f.m)].size()) return Fed::Ended;
+  if (f.m >= 0 && static_cast<size_t>(f.n) == n.literals[static_cast<size_t>(f.m)].size())
+    return Fed::Ended;
   return Fed::Refused;
 }
 
@@ -507,7 +540,8 @@ bool Matcher::complete() const {
   const Frame& f = f_[0];
   const Node& n = node(f);
   if (n.kind == Kind::Integer || n.kind == Kind::Number) return number_can_end(n);
-  if (n.kind == Kind::Literal) return f.m >= 0 && static_cast<size_t>(f.n) == n.literals[static_cast<size_t>(f.m)].size();
+  if (n.kind == Kind::Literal)
+    return f.m >= 0 && static_cast<size_t>(f.n) == n.literals[static_cast<size_t>(f.m)].size();
   return false;
 }
 
@@ -518,12 +552,18 @@ int Matcher::own_rest(const Frame& f) const {
     case Kind::Object: {
       if (n.free_keys) {
         switch (f.phase) {
-          case kOOpen: return 1;
-          case kOColon: return 1 + mb(n.extra) + 1;
-          case kOAfterColon: return mb(n.extra) + 1;
-          case kOAfterValue: return 1;
-          case kOComma: return 3 + mb(n.extra) + 1;
-          default: return 1;
+          case kOOpen:
+            return 1;
+          case kOColon:
+            return 1 + mb(n.extra) + 1;
+          case kOAfterColon:
+            return mb(n.extra) + 1;
+          case kOAfterValue:
+            return 1;
+          case kOComma:
+            return 3 + mb(n.extra) + 1;
+          default:
+            return 1;
         }
       }
       const auto rs = [&](int i) { return n.req_suffix[static_cast<size_t>(i)]; };
@@ -531,33 +571,44 @@ int Matcher::own_rest(const Frame& f) const {
         return key_left + 1 + mb(n.props[static_cast<size_t>(c)].node) + rs(c + 1) + 1;
       };
       switch (f.phase) {
-        case kOOpen: return (rs(0) > 0 ? rs(0) - 1 : 0) + 1;
+        case kOOpen:
+          return (rs(0) > 0 ? rs(0) - 1 : 0) + 1;
         case kOKey: {
           int best = kUnbounded;
           for (int c = f.n, last = last_candidate(n, f.n); c <= last; ++c)
             if (key_alive(n, f, c))
-              best = std::min(best, via(c, static_cast<int>(n.props[static_cast<size_t>(c)].key.size() - f.x)));
+              best = std::min(
+                  best, via(c, static_cast<int>(n.props[static_cast<size_t>(c)].key.size() - f.x)));
           return best;
         }
-        case kOColon: return via(f.m, 0);
-        case kOAfterColon: return via(f.m, 0) - 1;
-        case kOAfterValue: return rs(f.n) + 1;
+        case kOColon:
+          return via(f.m, 0);
+        case kOAfterColon:
+          return via(f.m, 0) - 1;
+        case kOAfterValue:
+          return rs(f.n) + 1;
         case kOComma: {
           int best = kUnbounded;
           for (int c = f.n, last = last_candidate(n, f.n); c <= last; ++c)
-            best = std::min(best, via(c, static_cast<int>(n.props[static_cast<size_t>(c)].key.size())));
+            best = std::min(best,
+                            via(c, static_cast<int>(n.props[static_cast<size_t>(c)].key.size())));
           return best;
         }
-        default: return 1;
+        default:
+          return 1;
       }
     }
     case Kind::Array: {
       const int mi = mb(n.items) + 1;
       switch (f.phase) {
-        case kAOpen: return n.min_items == 0 ? 1 : n.min_items * mi;
-        case kAAfter: return std::max(0, n.min_items - f.n) * mi + 1;
-        case kAComma: return mi - 1 + std::max(0, n.min_items - f.n - 1) * mi + 1;
-        default: return 1;
+        case kAOpen:
+          return n.min_items == 0 ? 1 : n.min_items * mi;
+        case kAAfter:
+          return std::max(0, n.min_items - f.n) * mi + 1;
+        case kAComma:
+          return mi - 1 + std::max(0, n.min_items - f.n - 1) * mi + 1;
+        default:
+          return 1;
       }
     }
     case Kind::String: {
@@ -566,7 +617,8 @@ int Matcher::own_rest(const Frame& f) const {
         const Pattern& p = s_->patterns[static_cast<size_t>(n.pattern)];
         int best = kUnbounded;
         for (int i = 0; i <= p.end(); ++i)
-          if ((f.x >> i) & 1) best = std::min(best, std::max(p.min_rest[static_cast<size_t>(i)], chars));
+          if ((f.x >> i) & 1)
+            best = std::min(best, std::max(p.min_rest[static_cast<size_t>(i)], chars));
         chars = best;
       }
       if (f.phase == kSEscape) return 1 + std::max(0, chars - 1) + 1;
@@ -582,11 +634,14 @@ int Matcher::own_rest(const Frame& f) const {
       int best = kUnbounded;
       const size_t pos = static_cast<size_t>(f.n);
       for (const std::string& l : n.literals)
-        if (l.size() >= pos && (f.m < 0 || std::memcmp(l.data(), n.literals[static_cast<size_t>(f.m)].data(), pos) == 0))
+        if (l.size() >= pos &&
+            (f.m < 0 ||
+             std::memcmp(l.data(), n.literals[static_cast<size_t>(f.m)].data(), pos) == 0))
           best = std::min(best, static_cast<int>(l.size() - pos));
       return best;
     }
-    case Kind::Choice: return kUnbounded;
+    case Kind::Choice:
+      return kUnbounded;
   }
   return kUnbounded;
 }

@@ -54,11 +54,16 @@ class Matcher {
     uint16_t node;
     uint8_t phase;
     uint8_t space;  // the one optional space has been taken
-    int32_t n;      // object: next property; array: items; string: characters; literal: bytes matched
-    int32_t m;      // object: chosen property; string: UTF-8 bytes pending (and their range); literal: candidate
-    uint64_t x;     // object: key bytes matched; string: pattern positions
+    int32_t n;   // object: next property; array: items; string: characters; literal: bytes matched
+    int32_t m;   // object: chosen property; string: UTF-8 bytes pending (and their range); literal:
+                 // candidate
+    uint64_t x;  // object: key bytes matched; string: pattern positions
   };
-  enum class Fed { Took, Refused, Ended };  // Ended: the value ended before the byte; the parent takes it
+  enum class Fed {
+    Took,
+    Refused,
+    Ended
+  };  // Ended: the value ended before the byte; the parent takes it
 
   const Node& node(const Frame& f) const { return s_->nodes[f.node]; }
   bool start_value(int node, uint8_t b);

@@ -9,7 +9,9 @@ namespace edgelm::constrain {
 
 namespace {
 
-int sat_add(int64_t a, int64_t b) { return static_cast<int>(std::min<int64_t>(a + b, kUnbounded)); }
+int sat_add(int64_t a, int64_t b) {
+  return static_cast<int>(std::min<int64_t>(a + b, kUnbounded));
+}
 
 }  // namespace
 
@@ -35,7 +37,8 @@ uint64_t Pattern::step(uint64_t set, uint8_t b) const {
     if (!((set >> p) & 1)) continue;
     const PatternStep& s = steps[static_cast<size_t>(p)];
     if (!s.bytes.has(b)) continue;
-    next |= s.rep == Rep::Star ? closure[static_cast<size_t>(p)] : closure[static_cast<size_t>(p) + 1];
+    next |=
+        s.rep == Rep::Star ? closure[static_cast<size_t>(p)] : closure[static_cast<size_t>(p) + 1];
   }
   return next;
 }
@@ -76,7 +79,8 @@ int Schema::any() {
 }
 
 Status Schema::finish() {
-  if (root < 0 || root >= static_cast<int>(nodes.size())) return make_error("internal: the schema has no root");
+  if (root < 0 || root >= static_cast<int>(nodes.size()))
+    return make_error("internal: the schema has no root");
   any_string();
   if (nodes.size() > static_cast<size_t>(kMaxNodes))
     return make_error("the schema is too large ({} nodes; at most {})", nodes.size(), kMaxNodes);
@@ -89,19 +93,27 @@ Status Schema::finish() {
     n.container = n.kind == Kind::Object || n.kind == Kind::Array;
     n.first = ByteSet();
     switch (n.kind) {
-      case Kind::Object: n.first.add('{'); break;
-      case Kind::Array: n.first.add('['); break;
-      case Kind::String: n.first.add('"'); break;
+      case Kind::Object:
+        n.first.add('{');
+        break;
+      case Kind::Array:
+        n.first.add('[');
+        break;
+      case Kind::String:
+        n.first.add('"');
+        break;
       case Kind::Integer:
       case Kind::Number:
         for (const char* c = num_first; *c; ++c)
-          if (number_completion(n, std::string_view(c, 1)) >= 0) n.first.add(static_cast<uint8_t>(*c));
+          if (number_completion(n, std::string_view(c, 1)) >= 0)
+            n.first.add(static_cast<uint8_t>(*c));
         break;
       case Kind::Literal:
         for (const std::string& l : n.literals)
           if (!l.empty()) n.first.add(static_cast<uint8_t>(l[0]));
         break;
-      case Kind::Choice: break;
+      case Kind::Choice:
+        break;
     }
   }
   std::vector<uint8_t> state(nodes.size(), 0);  // 0 new, 1 in progress, 2 done
@@ -117,8 +129,10 @@ Status Schema::finish() {
       if (all.intersects(f)) {
         for (int b = 0; b < 256; ++b)
           if (all.has(static_cast<uint8_t>(b)) && f.has(static_cast<uint8_t>(b)))
-            return make_error("alternatives whose values can start with the same character ('{}') are not supported",
-                              static_cast<char>(b));
+            return make_error(
+                "alternatives whose values can start with the same character ('{}') are not "
+                "supported",
+                static_cast<char>(b));
       }
       all.add(f);
     }
@@ -145,14 +159,17 @@ Status Schema::finish() {
             for (size_t j = n.props.size(); j-- > 0;) {
               const Property& p = n.props[j];
               n.req_suffix[j] =
-                  p.required ? sat_add(n.req_suffix[j + 1], sat_add(static_cast<int64_t>(p.key.size()) + 2, mb(p.node)))
+                  p.required ? sat_add(n.req_suffix[j + 1],
+                                       sat_add(static_cast<int64_t>(p.key.size()) + 2, mb(p.node)))
                              : n.req_suffix[j + 1];
             }
             v = sat_add(2, n.req_suffix[0] > 0 ? n.req_suffix[0] - 1 : 0);
           }
           break;
         case Kind::Array:
-          v = n.min_items == 0 ? 2 : sat_add(1, static_cast<int64_t>(n.min_items) * sat_add(mb(n.items), 1));
+          v = n.min_items == 0
+                  ? 2
+                  : sat_add(1, static_cast<int64_t>(n.min_items) * sat_add(mb(n.items), 1));
           break;
         case Kind::String: {
           int chars = n.min_len;
@@ -185,7 +202,8 @@ Status Schema::finish() {
     }
     if (!changed) break;
   }
-  if (nodes[static_cast<size_t>(root)].min_bytes >= kUnbounded) return make_error("the schema allows no value");
+  if (nodes[static_cast<size_t>(root)].min_bytes >= kUnbounded)
+    return make_error("the schema allows no value");
 
   // Nesting: frames the deepest static path needs (Any's containers nest
   // only as far as frames remain, so it counts as a leaf).
@@ -200,17 +218,21 @@ Status Schema::finish() {
         for (const Property& p : n.props) d = std::max(d, 1 + deepest(p.node, guard + 1));
         if (n.free_keys) d = std::max(d, 1 + deepest(n.extra, guard + 1));
         break;
-      case Kind::Array: d = 1 + deepest(n.items, guard + 1); break;
+      case Kind::Array:
+        d = 1 + deepest(n.items, guard + 1);
+        break;
       case Kind::Choice:
         for (int a : n.alts) d = std::max(d, deepest(a, guard + 1));
         break;
-      default: break;
+      default:
+        break;
     }
     depth[static_cast<size_t>(i)] = d;
     return d;
   };
   if (const int d = deepest(root, 0); d > kMaxDepth - 1)
-    return make_error("the schema nests {} levels deep; at most {} are supported", d, kMaxDepth - 1);
+    return make_error("the schema nests {} levels deep; at most {} are supported", d,
+                      kMaxDepth - 1);
   return Status::Ok();
 }
 

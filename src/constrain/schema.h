@@ -99,8 +99,8 @@ struct Node {
   std::vector<int> alts;
 
   // Filled by Schema::finish():
-  ByteSet first;       // the bytes a value may start with
-  int min_bytes = 0;   // the shortest value, in bytes
+  ByteSet first;           // the bytes a value may start with
+  int min_bytes = 0;       // the shortest value, in bytes
   bool container = false;  // pushes a frame that may push more (for the depth limit)
   // Object: for each property index i, the bytes the required properties
   // from i on need (each with its leading ',').

@@ -24,9 +24,9 @@ using constrain::Rep;
 using constrain::Schema;
 
 const std::set<std::string_view>& annotations() {
-  static const std::set<std::string_view> s = {"title",      "description", "$schema", "$id",     "$comment",
-                                               "default",    "examples",    "deprecated", "readOnly", "writeOnly",
-                                               "$defs",      "definitions"};
+  static const std::set<std::string_view> s = {
+      "title",    "description", "$schema",  "$id",       "$comment", "default",
+      "examples", "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions"};
   return s;
 }
 
@@ -34,14 +34,19 @@ enum class Family { None, Object, Array, String, Number, Combinator };
 
 Family family_of(std::string_view k) {
   if (k == "properties" || k == "required" || k == "additionalProperties") return Family::Object;
-  if (k == "items" || k == "minItems" || k == "maxItems" || k == "uniqueItems") return Family::Array;
-  if (k == "minLength" || k == "maxLength" || k == "pattern" || k == "format") return Family::String;
-  if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") return Family::Number;
+  if (k == "items" || k == "minItems" || k == "maxItems" || k == "uniqueItems")
+    return Family::Array;
+  if (k == "minLength" || k == "maxLength" || k == "pattern" || k == "format")
+    return Family::String;
+  if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum")
+    return Family::Number;
   if (k == "anyOf" || k == "oneOf" || k == "$ref") return Family::Combinator;
   return Family::None;
 }
 
-bool handled(std::string_view k) { return k == "type" || k == "enum" || k == "const" || family_of(k) != Family::None; }
+bool handled(std::string_view k) {
+  return k == "type" || k == "enum" || k == "const" || family_of(k) != Family::None;
+}
 
 // Printable ASCII but the two characters a JSON string would have to escape.
 ByteSet printable() {
@@ -91,17 +96,34 @@ std::string compile_pattern(std::string_view re, Pattern& out) {
   if (end > i && re[end - 1] == '$' && (end < 2 || re[end - 2] != '\\')) --end;
   auto escape_class = [](char c, ByteSet& s) -> bool {
     switch (c) {
-      case 'd': s = digits(); return true;
-      case 'w': s = word(); return true;
-      case 's': s = ByteSet(); s.add(' '); return true;
-      case 'D': s = complement_printable(digits()); return true;
-      case 'W': s = complement_printable(word()); return true;
-      case 'S': { ByteSet sp; sp.add(' '); s = complement_printable(sp); return true; }
-      default: break;
+      case 'd':
+        s = digits();
+        return true;
+      case 'w':
+        s = word();
+        return true;
+      case 's':
+        s = ByteSet();
+        s.add(' ');
+        return true;
+      case 'D':
+        s = complement_printable(digits());
+        return true;
+      case 'W':
+        s = complement_printable(word());
+        return true;
+      case 'S': {
+        ByteSet sp;
+        sp.add(' ');
+        s = complement_printable(sp);
+        return true;
+      }
+      default:
+        break;
     }
-    if (std::string_view(".-\\/^$|?*+()[]{}").find(c) != std::string_view::npos || c == ' ' || c == '#' || c == ',' ||
-        c == ':' || c == '=' || c == '!' || c == '<' || c == '>' || c == '@' || c == '%' || c == '&' || c == '~' ||
-        c == '\'' || c == '"' || c == '_') {
+    if (std::string_view(".-\\/^$|?*+()[]{}").find(c) != std::string_view::npos || c == ' ' ||
+        c == '#' || c == ',' || c == ':' || c == '=' || c == '!' || c == '<' || c == '>' ||
+        c == '@' || c == '%' || c == '&' || c == '~' || c == '\'' || c == '"' || c == '_') {
       s = ByteSet();
       s.add(static_cast<uint8_t>(c));
       return true;
@@ -111,15 +133,18 @@ std::string compile_pattern(std::string_view re, Pattern& out) {
   while (i < end) {
     const char c = re[i];
     ByteSet cls;
-    if (c == '(' || c == ')' || c == '|') return "groups and alternation ('(', ')', '|') are not supported";
-    if (c == '*' || c == '+' || c == '?' || c == '{') return fmt::format("'{}' at offset {} has nothing to repeat", c, i);
+    if (c == '(' || c == ')' || c == '|')
+      return "groups and alternation ('(', ')', '|') are not supported";
+    if (c == '*' || c == '+' || c == '?' || c == '{')
+      return fmt::format("'{}' at offset {} has nothing to repeat", c, i);
     if (c == '^' || c == '$') return "'^' and '$' are supported only at the ends";
     if (c == '.') {
       cls = printable();
       ++i;
     } else if (c == '\\') {
       if (i + 1 >= end) return "the pattern ends with a backslash";
-      if (!escape_class(re[i + 1], cls)) return fmt::format("the escape '\\{}' is not supported", re[i + 1]);
+      if (!escape_class(re[i + 1], cls))
+        return fmt::format("the escape '\\{}' is not supported", re[i + 1]);
       i += 2;
     } else if (c == '[') {
       ++i;
@@ -133,14 +158,16 @@ std::string compile_pattern(std::string_view re, Pattern& out) {
         int lo = -1;
         if (re[i] == '\\') {
           if (i + 1 >= end) return "unterminated character class";
-          if (!escape_class(re[i + 1], item)) return fmt::format("the escape '\\{}' is not supported", re[i + 1]);
+          if (!escape_class(re[i + 1], item))
+            return fmt::format("the escape '\\{}' is not supported", re[i + 1]);
           int count = 0, only = -1;
           for (int b = 0; b < 256; ++b)
             if (item.has(static_cast<uint8_t>(b))) ++count, only = b;
           if (count == 1) lo = only;
           i += 2;
         } else {
-          if (static_cast<unsigned char>(re[i]) >= 0x80) return "non-ASCII characters are not supported";
+          if (static_cast<unsigned char>(re[i]) >= 0x80)
+            return "non-ASCII characters are not supported";
           lo = static_cast<unsigned char>(re[i]);
           item.add(static_cast<uint8_t>(lo));
           ++i;
@@ -169,7 +196,8 @@ std::string compile_pattern(std::string_view re, Pattern& out) {
     }
     cls = intersect(cls, printable());
     if (cls.empty())
-      return "a character it needs is one generation does not produce (a quote, a backslash, a control or non-ASCII "
+      return "a character it needs is one generation does not produce (a quote, a backslash, a "
+             "control or non-ASCII "
              "character)";
     // Quantifier
     int lo = 1, hi = 1;  // hi -1: unbounded
@@ -183,7 +211,8 @@ std::string compile_pattern(std::string_view re, Pattern& out) {
       const std::string body(re.substr(i + 1, close - i - 1));
       const size_t comma = body.find(',');
       auto num = [](const std::string& s, int& v) {
-        if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+        if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos)
+          return false;
         v = std::stoi(s);
         return true;
       };
@@ -191,22 +220,26 @@ std::string compile_pattern(std::string_view re, Pattern& out) {
         if (!num(body, lo)) return fmt::format("the quantifier '{{{}}}' is not supported", body);
         hi = lo;
       } else {
-        if (!num(body.substr(0, comma), lo)) return fmt::format("the quantifier '{{{}}}' is not supported", body);
-        if (comma + 1 == body.size()) hi = -1;
+        if (!num(body.substr(0, comma), lo))
+          return fmt::format("the quantifier '{{{}}}' is not supported", body);
+        if (comma + 1 == body.size())
+          hi = -1;
         else if (!num(body.substr(comma + 1), hi) || hi < lo)
           return fmt::format("the quantifier '{{{}}}' is not supported", body);
       }
       i = close + 1;
     }
     if (i < end && re[i] == '?') ++i;  // lazy: the same strings
-    if (i < end && re[i] == '+' ) return "possessive quantifiers are not supported";
+    if (i < end && re[i] == '+') return "possessive quantifiers are not supported";
     for (int k = 0; k < lo; ++k) out.steps.push_back({cls, Rep::One});
-    if (hi < 0) out.steps.push_back({cls, Rep::Star});
+    if (hi < 0)
+      out.steps.push_back({cls, Rep::Star});
     else
       for (int k = lo; k < hi; ++k) out.steps.push_back({cls, Rep::Optional});
     if (out.steps.size() > static_cast<size_t>(Pattern::kMaxSteps))
-      return fmt::format("the pattern is too long: at most {} character positions once repetitions are expanded",
-                         Pattern::kMaxSteps);
+      return fmt::format(
+          "the pattern is too long: at most {} character positions once repetitions are expanded",
+          Pattern::kMaxSteps);
   }
   return "";
 }
@@ -223,7 +256,9 @@ const char* format_pattern(std::string_view f) {
   return nullptr;
 }
 
-std::string dump(const ojson& v) { return v.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+std::string dump(const ojson& v) {
+  return v.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
 
 bool matches_type(const ojson& v, std::string_view t) {
   if (t == "null") return v.is_null();
@@ -274,7 +309,8 @@ class Compiler {
 
   int add(Node n, const std::string& path) {
     if (out_.nodes.size() >= static_cast<size_t>(Schema::kMaxNodes))
-      return fail(path, fmt::format("the schema is too large (more than {} parts)", Schema::kMaxNodes));
+      return fail(path,
+                  fmt::format("the schema is too large (more than {} parts)", Schema::kMaxNodes));
     return out_.add(std::move(n));
   }
 
@@ -283,13 +319,20 @@ class Compiler {
     const Node& n = out_.nodes[static_cast<size_t>(idx)];
     ByteSet s;
     switch (n.kind) {
-      case Kind::Object: s.add('{'); break;
-      case Kind::Array: s.add('['); break;
-      case Kind::String: s.add('"'); break;
+      case Kind::Object:
+        s.add('{');
+        break;
+      case Kind::Array:
+        s.add('[');
+        break;
+      case Kind::String:
+        s.add('"');
+        break;
       case Kind::Integer:
       case Kind::Number:
         for (const char* c = "-0123456789"; *c; ++c)
-          if (constrain::number_completion(n, std::string_view(c, 1)) >= 0) s.add(static_cast<uint8_t>(*c));
+          if (constrain::number_completion(n, std::string_view(c, 1)) >= 0)
+            s.add(static_cast<uint8_t>(*c));
         break;
       case Kind::Literal:
         for (const std::string& l : n.literals)
@@ -311,9 +354,12 @@ class Compiler {
       const ByteSet f = first_of(a);
       for (int b = 0; b < 256; ++b)
         if (all.has(static_cast<uint8_t>(b)) && f.has(static_cast<uint8_t>(b)))
-          return fail(path, fmt::format("'{}': alternatives whose values can start with the same character ('{}') are "
-                                        "not supported (they must differ in type, or in their first character)",
-                                        keyword, static_cast<char>(b)));
+          return fail(
+              path,
+              fmt::format(
+                  "'{}': alternatives whose values can start with the same character ('{}') are "
+                  "not supported (they must differ in type, or in their first character)",
+                  keyword, static_cast<char>(b)));
       all.add(f);
     }
     Node c;
@@ -360,21 +406,22 @@ class Compiler {
     for (const char* k : {"$ref", "anyOf", "oneOf"}) {
       if (!has(k)) continue;
       if (keys.size() > 1)
-        return fail(path, fmt::format("'{}' together with other keywords ('{}') is not supported", k,
-                                      keys[0] == k ? keys[1] : keys[0]));
+        return fail(path, fmt::format("'{}' together with other keywords ('{}') is not supported",
+                                      k, keys[0] == k ? keys[1] : keys[0]));
     }
     if (has("$ref")) {
       const ojson& r = s["$ref"];
       if (!r.is_string()) return fail(path + ".$ref", "'$ref' must be a string");
       const std::string ref = r.get<std::string>();
       if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
-      if (active_.count(ref)) return fail(path + ".$ref", fmt::format("a recursive '$ref' ('{}') is not supported", ref));
+      if (active_.count(ref))
+        return fail(path + ".$ref", fmt::format("a recursive '$ref' ('{}') is not supported", ref));
       const ojson* target = resolve(ref);
       if (!target)
-        return fail(path + ".$ref",
-                    fmt::format("'$ref' '{}' does not name a part of this schema (only local '#/...' references are "
-                                "supported)",
-                                ref));
+        return fail(path + ".$ref", fmt::format("'$ref' '{}' does not name a part of this schema "
+                                                "(only local '#/...' references are "
+                                                "supported)",
+                                                ref));
       active_.insert(ref);
       const int node = compile(*target, path + ".$ref", depth + 1);
       active_.erase(ref);
@@ -384,7 +431,8 @@ class Compiler {
     for (const char* k : {"anyOf", "oneOf"}) {
       if (!has(k)) continue;
       const ojson& a = s[k];
-      if (!a.is_array() || a.empty()) return fail(path + "." + k, fmt::format("'{}' must be a non-empty array", k));
+      if (!a.is_array() || a.empty())
+        return fail(path + "." + k, fmt::format("'{}' must be a non-empty array", k));
       std::vector<int> alts;
       for (size_t i = 0; i < a.size(); ++i) {
         const std::string p = fmt::format("{}.{}[{}]", path, k, i);
@@ -394,14 +442,19 @@ class Compiler {
           // accepts its type: with every type stated and the first
           // characters apart, none does, and oneOf is anyOf.
           const ojson* alt = &a[i];
-          for (int hop = 0; hop < 8 && alt->is_object() && alt->contains("$ref") && (*alt)["$ref"].is_string(); ++hop) {
+          for (int hop = 0;
+               hop < 8 && alt->is_object() && alt->contains("$ref") && (*alt)["$ref"].is_string();
+               ++hop) {
             const ojson* t = resolve((*alt)["$ref"].get<std::string>());
             if (!t) break;
             alt = t;
           }
-          if (!alt->is_object() || !(alt->contains("type") || alt->contains("enum") || alt->contains("const")))
-            return fail(p, "'oneOf' is supported only when every alternative states its 'type' (or is an 'enum' or "
-                           "'const')");
+          if (!alt->is_object() ||
+              !(alt->contains("type") || alt->contains("enum") || alt->contains("const")))
+            return fail(p,
+                        "'oneOf' is supported only when every alternative states its 'type' (or is "
+                        "an 'enum' or "
+                        "'const')");
         }
         const int node = compile(a[i], p, depth + 1);
         if (node < 0) return -1;
@@ -419,29 +472,42 @@ class Compiler {
         types.push_back(t.get<std::string>());
       } else if (t.is_array() && !t.empty()) {
         for (const ojson& e : t) {
-          if (!e.is_string()) return fail(path + ".type", "'type' must be a string or an array of strings");
+          if (!e.is_string())
+            return fail(path + ".type", "'type' must be a string or an array of strings");
           types.push_back(e.get<std::string>());
         }
       } else {
         return fail(path + ".type", "'type' must be a string or an array of strings");
       }
       for (const std::string& ty : types)
-        if (ty != "object" && ty != "array" && ty != "string" && ty != "number" && ty != "integer" &&
-            ty != "boolean" && ty != "null")
+        if (ty != "object" && ty != "array" && ty != "string" && ty != "number" &&
+            ty != "integer" && ty != "boolean" && ty != "null")
           return fail(path + ".type", fmt::format("unknown type '{}'", ty));
       // integer is a subset of number: generating numbers covers both.
-      if (std::count(types.begin(), types.end(), "number") && std::count(types.begin(), types.end(), "integer"))
+      if (std::count(types.begin(), types.end(), "number") &&
+          std::count(types.begin(), types.end(), "integer"))
         types.erase(std::remove(types.begin(), types.end(), "integer"), types.end());
       std::sort(types.begin(), types.end());
       types.erase(std::unique(types.begin(), types.end()), types.end());
     } else {
-      if (mixed) return fail(path, "keywords of several types without 'type' are not supported; state the 'type'");
+      if (mixed)
+        return fail(path,
+                    "keywords of several types without 'type' are not supported; state the 'type'");
       switch (fam) {
-        case Family::Object: types = {"object"}; break;
-        case Family::Array: types = {"array"}; break;
-        case Family::String: types = {"string"}; break;
-        case Family::Number: types = {"number"}; break;
-        default: return out_.any();
+        case Family::Object:
+          types = {"object"};
+          break;
+        case Family::Array:
+          types = {"array"};
+          break;
+        case Family::String:
+          types = {"string"};
+          break;
+        case Family::Number:
+          types = {"number"};
+          break;
+        default:
+          return out_.any();
       }
     }
     std::vector<int> alts;
@@ -460,7 +526,8 @@ class Compiler {
     std::vector<const ojson*> vals;
     if (s.contains("enum")) {
       const ojson& e = s["enum"];
-      if (!e.is_array() || e.empty()) return fail(path + ".enum", "'enum' must be a non-empty array");
+      if (!e.is_array() || e.empty())
+        return fail(path + ".enum", "'enum' must be a non-empty array");
       if (e.size() > 1024) return fail(path + ".enum", "'enum' has more than 1024 values");
       for (const ojson& v : e) vals.push_back(&v);
     }
@@ -478,7 +545,8 @@ class Compiler {
     if (s.contains("type")) {
       std::vector<std::string> types;
       const ojson& t = s["type"];
-      if (t.is_string()) types.push_back(t.get<std::string>());
+      if (t.is_string())
+        types.push_back(t.get<std::string>());
       else if (t.is_array())
         for (const ojson& e : t)
           if (e.is_string()) types.push_back(e.get<std::string>());
@@ -513,25 +581,32 @@ class Compiler {
     Node n;
     if (ty == "null" || ty == "boolean") {
       n.kind = Kind::Literal;
-      n.literals = ty == "null" ? std::vector<std::string>{"null"} : std::vector<std::string>{"true", "false"};
+      n.literals = ty == "null" ? std::vector<std::string>{"null"}
+                                : std::vector<std::string>{"true", "false"};
       return add(std::move(n), path);
     }
     if (ty == "object") return object(s, path, depth);
     if (ty == "array") {
       n.kind = Kind::Array;
-      if (!read_count(s, "minItems", path, n.min_items) || !read_count(s, "maxItems", path, n.max_items)) return -1;
-      if (n.min_items > n.max_items) return fail(path + ".minItems", "'minItems' is larger than 'maxItems'");
+      if (!read_count(s, "minItems", path, n.min_items) ||
+          !read_count(s, "maxItems", path, n.max_items))
+        return -1;
+      if (n.min_items > n.max_items)
+        return fail(path + ".minItems", "'minItems' is larger than 'maxItems'");
       if (s.contains("uniqueItems")) {
         const ojson& u = s["uniqueItems"];
         if (!u.is_boolean()) return fail(path + ".uniqueItems", "'uniqueItems' must be a boolean");
-        if (u.get<bool>()) return fail(path + ".uniqueItems", "'uniqueItems': true is not supported");
+        if (u.get<bool>())
+          return fail(path + ".uniqueItems", "'uniqueItems': true is not supported");
       }
       if (s.contains("items")) {
         const ojson& it = s["items"];
-        if (it.is_array()) return fail(path + ".items", "'items' as an array (tuples) is not supported");
+        if (it.is_array())
+          return fail(path + ".items", "'items' as an array (tuples) is not supported");
         if (it.is_boolean() && !it.get<bool>()) {
           n.max_items = 0;
-          if (n.min_items > 0) return fail(path + ".items", "'items': false with 'minItems' allows no value");
+          if (n.min_items > 0)
+            return fail(path + ".items", "'items': false with 'minItems' allows no value");
           n.items = out_.any();
         } else {
           n.items = compile(it, path + ".items", depth + 1);
@@ -544,10 +619,14 @@ class Compiler {
     }
     if (ty == "string") {
       n.kind = Kind::String;
-      if (!read_count(s, "minLength", path, n.min_len) || !read_count(s, "maxLength", path, n.max_len)) return -1;
-      if (n.min_len > n.max_len) return fail(path + ".minLength", "'minLength' is larger than 'maxLength'");
+      if (!read_count(s, "minLength", path, n.min_len) ||
+          !read_count(s, "maxLength", path, n.max_len))
+        return -1;
+      if (n.min_len > n.max_len)
+        return fail(path + ".minLength", "'minLength' is larger than 'maxLength'");
       const bool pat = s.contains("pattern"), fmt_ = s.contains("format");
-      if (pat && fmt_) return fail(path + ".pattern", "'pattern' together with 'format' is not supported");
+      if (pat && fmt_)
+        return fail(path + ".pattern", "'pattern' together with 'format' is not supported");
       std::string re;
       std::string where;
       if (pat) {
@@ -559,9 +638,10 @@ class Compiler {
         const std::string f = s["format"].get<std::string>();
         const char* p = format_pattern(f);
         if (!p)
-          return fail(path + ".format", fmt::format("'format' '{}' is not supported (date, time, date-time, uuid, "
-                                                    "email and ipv4 are)",
-                                                    f));
+          return fail(path + ".format",
+                      fmt::format("'format' '{}' is not supported (date, time, date-time, uuid, "
+                                  "email and ipv4 are)",
+                                  f));
         re = p;
         where = "format";
       }
@@ -571,7 +651,9 @@ class Compiler {
           return fail(path + "." + where, fmt::format("'{}' is not supported: {}", where, e));
         p.finish();
         if (p.min_rest[0] > n.max_len || p.max_rest[0] < n.min_len)
-          return fail(path + "." + where, fmt::format("no string matches '{}' within 'minLength' and 'maxLength'", where));
+          return fail(
+              path + "." + where,
+              fmt::format("no string matches '{}' within 'minLength' and 'maxLength'", where));
         out_.patterns.push_back(std::move(p));
         n.pattern = static_cast<int>(out_.patterns.size()) - 1;
       }
@@ -620,7 +702,8 @@ class Compiler {
       tighten_hi(v, true);
     }
     if ((draft4_lo && !s.contains("minimum")) || (draft4_hi && !s.contains("maximum")))
-      return fail(path, "a boolean 'exclusiveMinimum' / 'exclusiveMaximum' needs 'minimum' / 'maximum'");
+      return fail(path,
+                  "a boolean 'exclusiveMinimum' / 'exclusiveMaximum' needs 'minimum' / 'maximum'");
     if (constrain::number_completion(n, "") < 0)
       return fail(path, fmt::format("no {} of at most 15 digits satisfies the bounds", ty));
     return add(std::move(n), path);
@@ -634,7 +717,8 @@ class Compiler {
       const ojson& r = s["required"];
       if (!r.is_array()) return fail(path + ".required", "'required' must be an array of strings");
       for (const ojson& e : r) {
-        if (!e.is_string()) return fail(path + ".required", "'required' must be an array of strings");
+        if (!e.is_string())
+          return fail(path + ".required", "'required' must be an array of strings");
         required.push_back(e.get<std::string>());
       }
     }
@@ -642,15 +726,20 @@ class Compiler {
     const ojson* extra = nullptr;
     if (s.contains("additionalProperties")) {
       const ojson& a = s["additionalProperties"];
-      if (a.is_boolean()) extra_allowed = a.get<bool>();
-      else if (a.is_object()) extra = &a;
-      else return fail(path + ".additionalProperties", "'additionalProperties' must be a boolean or a schema");
+      if (a.is_boolean())
+        extra_allowed = a.get<bool>();
+      else if (a.is_object())
+        extra = &a;
+      else
+        return fail(path + ".additionalProperties",
+                    "'additionalProperties' must be a boolean or a schema");
     }
     std::set<std::string> declared;
     if (s.contains("properties")) {
       const ojson& p = s["properties"];
       if (!p.is_object()) return fail(path + ".properties", "'properties' must be an object");
-      if (p.size() > 256) return fail(path + ".properties", "more than 256 properties are not supported");
+      if (p.size() > 256)
+        return fail(path + ".properties", "more than 256 properties are not supported");
       for (auto it = p.begin(); it != p.end(); ++it) {
         constrain::Property prop;
         prop.key = dump(ojson(it.key()));
@@ -665,9 +754,10 @@ class Compiler {
     for (const std::string& r : required) {
       if (declared.count(r)) continue;
       if (!extra_allowed)
-        return fail(path + ".required", fmt::format("required property '{}' is not in 'properties' and "
-                                                    "'additionalProperties' is false",
-                                                    r));
+        return fail(path + ".required",
+                    fmt::format("required property '{}' is not in 'properties' and "
+                                "'additionalProperties' is false",
+                                r));
       constrain::Property prop;
       prop.key = dump(ojson(r));
       prop.node = extra ? compile(*extra, path + ".additionalProperties", depth + 1) : out_.any();

@@ -37,8 +37,8 @@ TEST(Matcher, NumbersWithinBounds) {
   EXPECT_TRUE(takes(s, "-1.5", &done) && done);
   EXPECT_TRUE(takes(s, "1.999", &done) && done);
   EXPECT_TRUE(takes(s, "0", &done) && done);
-  EXPECT_FALSE(takes(s, "2"));   // no completion of "2" is below 2
-  EXPECT_FALSE(takes(s, "-2"));  // nor of "-2" at least -1.5
+  EXPECT_FALSE(takes(s, "2"));    // no completion of "2" is below 2
+  EXPECT_FALSE(takes(s, "-2"));   // nor of "-2" at least -1.5
   EXPECT_FALSE(takes(s, "1e5"));  // no exponents
   EXPECT_EQ(number_completion(s.nodes[0], ""), 1);
   EXPECT_EQ(number_completion(s.nodes[0], "-1."), 1);
@@ -86,7 +86,7 @@ TEST(Matcher, StringsAreValidUtf8) {
   const Schema s = one(n);
   bool done = false;
   EXPECT_TRUE(takes(s, "\"caf\xc3\xa9 \\n\"", &done) && done);
-  EXPECT_FALSE(takes(s, "\"\xc3\""));      // a cut character
+  EXPECT_FALSE(takes(s, "\"\xc3\""));        // a cut character
   EXPECT_FALSE(takes(s, "\"\xed\xa0\x80"));  // a surrogate
   EXPECT_FALSE(takes(s, "\"\xc0\xaf"));      // overlong
   EXPECT_FALSE(takes(s, "\"a\nb"));          // raw control character

@@ -52,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<uint8_t> ok;
     for (int b = 0; b < 256; ++b) {
       t.copy_from(m);
-      if (t.feed(static_cast<uint8_t>(b)) && t.min_close() <= left - 1) ok.push_back(static_cast<uint8_t>(b));
+      if (t.feed(static_cast<uint8_t>(b)) && t.min_close() <= left - 1)
+        ok.push_back(static_cast<uint8_t>(b));
     }
     if (m.done() || ok.empty() || (m.complete() && rng() % 4 == 0)) break;
     const uint8_t b = ok[rng() % ok.size()];

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,7 +25,9 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-CompiledSchema compile(const std::string& text) { return compile_json_schema(ojson::parse(text)); }
+CompiledSchema compile(const std::string& text) {
+  return compile_json_schema(ojson::parse(text));
+}
 
 // A random walk through the matcher within `budget` bytes: each step takes a
 // random byte among those allowed (keeping the value closable in what is
@@ -37,7 +39,8 @@ std::string random_text(const constrain::Schema& s, std::mt19937& rng, int budge
     std::vector<uint8_t> ok;
     for (int b = 0; b < 256; ++b) {
       t.copy_from(m);
-      if (t.feed(static_cast<uint8_t>(b)) && t.min_close() <= left - 1) ok.push_back(static_cast<uint8_t>(b));
+      if (t.feed(static_cast<uint8_t>(b)) && t.min_close() <= left - 1)
+        ok.push_back(static_cast<uint8_t>(b));
     }
     if (m.done() || ok.empty() || (m.complete() && rng() % 6 == 0)) {
       *complete = m.complete();
@@ -56,8 +59,8 @@ bool python_validates(const ojson& cases, std::string* report) {
   const std::string in = test::temp_path("jsonschema_cases.json");
   const std::string out = test::temp_path("jsonschema_report.txt");
   std::ofstream(in) << cases.dump();
-  const std::string cmd = std::string("/usr/bin/python3 ") + EDGELM_SOURCE_DIR + "/tests/e2e/jsonschema_check.py " + in +
-                          " > " + out + " 2>&1";
+  const std::string cmd = std::string("/usr/bin/python3 ") + EDGELM_SOURCE_DIR +
+                          "/tests/e2e/jsonschema_check.py " + in + " > " + out + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream f(out);
   report->assign(std::istreambuf_iterator<char>(f), {});
@@ -124,7 +127,8 @@ TEST(JsonSchema, RandomTextsParseAndValidate) {
     cases.push_back({{"schema", ojson::parse(text)}, {"texts", texts}});
   }
   std::string report;
-  if (!python_validates(cases, &report)) GTEST_SKIP() << "python3-jsonschema is not installed: texts only parsed";
+  if (!python_validates(cases, &report))
+    GTEST_SKIP() << "python3-jsonschema is not installed: texts only parsed";
 }
 
 TEST(JsonSchema, PropertiesComeInDeclaredOrder) {
@@ -139,7 +143,8 @@ TEST(JsonSchema, PropertiesComeInDeclaredOrder) {
 }
 
 TEST(JsonSchema, WhitespaceIsBounded) {
-  const CompiledSchema c = compile(R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}}})");
+  const CompiledSchema c = compile(
+      R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}}})");
   ASSERT_TRUE(c.schema);
   constrain::Matcher m(*c.schema);
   EXPECT_TRUE(m.feed(std::string_view(R"({"a": [1, 2]})")));
@@ -152,7 +157,8 @@ TEST(JsonSchema, WhitespaceIsBounded) {
 }
 
 TEST(JsonSchema, BudgetClosesOpenValues) {
-  const CompiledSchema c = compile(R"({"type":"object","properties":{"s":{"type":"string"}},"required":["s"]})");
+  const CompiledSchema c =
+      compile(R"({"type":"object","properties":{"s":{"type":"string"}},"required":["s"]})");
   ASSERT_TRUE(c.schema);
   constrain::Matcher m(*c.schema);
   EXPECT_EQ(m.min_close(), 8);  // {"s":""}
@@ -189,7 +195,8 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
       {R"({"type":"string","foo":1})", "", "'foo' is not supported"},
       {R"({"not":{"type":"string"}})", "", "'not' is not supported"},
       {R"({"allOf":[{"type":"string"}]})", "", "'allOf' is not supported"},
-      {R"({"type":"object","properties":{"a":{"type":"integer","multipleOf":2}}})", ".properties.a", "'multipleOf'"},
+      {R"({"type":"object","properties":{"a":{"type":"integer","multipleOf":2}}})", ".properties.a",
+       "'multipleOf'"},
       {R"({"type":"object","patternProperties":{"^a":{}}})", "", "'patternProperties'"},
       {R"({"type":"object","minProperties":1})", "", "'minProperties'"},
       {R"({"type":"object","propertyNames":{"maxLength":3}})", "", "'propertyNames'"},
@@ -200,21 +207,28 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
       {R"j({"type":"string","pattern":"(a|b)"})j", ".pattern", "groups and alternation"},
       {R"({"type":"string","pattern":"a\"b"})", ".pattern", "'pattern' is not supported"},
       {R"({"type":"string","pattern":"[a-z]{100}"})", ".pattern", "too long"},
-      {R"({"type":"string","format":"hostname"})", ".format", "'format' 'hostname' is not supported"},
-      {R"({"type":"string","format":"date","pattern":"x"})", ".pattern", "'pattern' together with 'format'"},
+      {R"({"type":"string","format":"hostname"})", ".format",
+       "'format' 'hostname' is not supported"},
+      {R"({"type":"string","format":"date","pattern":"x"})", ".pattern",
+       "'pattern' together with 'format'"},
       {R"({"type":"string","contentEncoding":"base64"})", "", "'contentEncoding'"},
-      {R"({"anyOf":[{"type":"string"},{"type":"string","maxLength":2}]})", "", "'anyOf': alternatives"},
+      {R"({"anyOf":[{"type":"string"},{"type":"string","maxLength":2}]})", "",
+       "'anyOf': alternatives"},
       {R"({"anyOf":[{"type":"integer"},{"type":"number"}]})", "", "'anyOf': alternatives"},
-      {R"({"oneOf":[{"maxLength":2},{"type":"integer"}]})", ".oneOf[0]", "'oneOf' is supported only"},
-      {R"({"type":"string","anyOf":[{"maxLength":2}]})", "", "'anyOf' together with other keywords"},
-      {R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}})", ".$ref.$ref", "recursive '$ref'"},
+      {R"({"oneOf":[{"maxLength":2},{"type":"integer"}]})", ".oneOf[0]",
+       "'oneOf' is supported only"},
+      {R"({"type":"string","anyOf":[{"maxLength":2}]})", "",
+       "'anyOf' together with other keywords"},
+      {R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}})", ".$ref.$ref",
+       "recursive '$ref'"},
       {R"({"$ref":"https://example.com/s.json"})", ".$ref", "'$ref'"},
       {R"({"type":"string","minLength":5,"maxLength":2})", ".minLength", "'minLength'"},
       {R"({"type":"integer","minimum":5,"maximum":4})", "", "satisfies the bounds"},
-      {R"({"type":"integer","exclusiveMinimum":4,"exclusiveMaximum":5})", "", "satisfies the bounds"},
+      {R"({"type":"integer","exclusiveMinimum":4,"exclusiveMaximum":5})", "",
+       "satisfies the bounds"},
       {R"({"type":"foo"})", ".type", "unknown type 'foo'"},
-      {R"({"type":"object","properties":{"a":{}},"required":["b"],"additionalProperties":false})", ".required",
-       "required property 'b'"},
+      {R"({"type":"object","properties":{"a":{}},"required":["b"],"additionalProperties":false})",
+       ".required", "required property 'b'"},
       {R"({"enum":[1],"minimum":0})", "", "'minimum' together with 'enum'"},
       {R"({"enum":["a"],"type":"integer"})", "", "no value satisfies"},
       {R"({"if":{"type":"string"},"then":{}})", "", "'if' is not supported"},
@@ -245,8 +259,9 @@ void generate_under_schemas(const std::string& model, int answers_per_schema) {
     const char* schema;
     bool bounded;
   };
-  const Case schemas[] = {{kSchemas[0], true}, {kSchemas[18], true}, {kSchemas[22], true},
-                          {kSchemas[4], true},  {kSchemas[14], true}, {R"({"type":"object"})", false},
+  const Case schemas[] = {{kSchemas[0], true},  {kSchemas[18], true},
+                          {kSchemas[22], true}, {kSchemas[4], true},
+                          {kSchemas[14], true}, {R"({"type":"object"})", false},
                           {kSchemas[33], false}};
   ojson cases = ojson::array();
   for (const Case& sc : schemas) {
@@ -277,7 +292,8 @@ void generate_under_schemas(const std::string& model, int answers_per_schema) {
     cases.push_back({{"schema", ojson::parse(sc.schema)}, {"texts", texts}});
   }
   std::string report;
-  if (!python_validates(cases, &report)) GTEST_SKIP() << "python3-jsonschema is not installed: answers only parsed";
+  if (!python_validates(cases, &report))
+    GTEST_SKIP() << "python3-jsonschema is not installed: answers only parsed";
 }
 
 TEST(JsonSchema, NoiseModelAnswersValidate) {
@@ -316,7 +332,8 @@ TEST(JsonSchema, MaskAgreesWithFeedingEveryToken) {
   ASSERT_TRUE(c.schema);
   const int n = vocab->n_vocab();
   std::vector<float> logits(static_cast<size_t>(n), 0.0f), out(static_cast<size_t>(n));
-  for (const char* prefix : {"", "{\"s\":\"", "{\"s\":\"ab", "{\"s\":\"abcde", "{\"s\":\"abcdef", "{\"s\":\"abc\", \"n\":"}) {
+  for (const char* prefix : {"", "{\"s\":\"", "{\"s\":\"ab", "{\"s\":\"abcde", "{\"s\":\"abcdef",
+                             "{\"s\":\"abc\", \"n\":"}) {
     for (int left : {0, 2, 5, 100}) {
       SCOPED_TRACE(std::string(prefix) + " left " + std::to_string(left));
       constrain::JsonConstraint jc(c.schema, vocab);
