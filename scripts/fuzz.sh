@@ -9,11 +9,11 @@ SECS="${FUZZ_SECONDS:-60}"
 BUILD=build-fuzz
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGELM_FUZZ=ON \
   -DEDGELM_BUILD_TESTS=ON -DEDGELM_BUILD_BENCH=OFF >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_request fuzz_template
+cmake --build "$BUILD" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_request fuzz_template fuzz_schema
 
 # Seeds: a tiny real model for the GGUF reader, a few request bodies, chat templates.
 seeds="$BUILD/fuzz/seeds"
-mkdir -p "$seeds/gguf" "$seeds/tokenizer" "$seeds/request" "$seeds/template"
+mkdir -p "$seeds/gguf" "$seeds/tokenizer" "$seeds/request" "$seeds/template" "$seeds/schema"
 [[ -f "$seeds/gguf/tiny.gguf" ]] || ./build/edgelm synth --shape tiny-llama --type Q4_0 -o "$seeds/gguf/tiny.gguf" >/dev/null 2>&1 || true
 # The reader never needs more than the header and tables: keep the seed small.
 if [[ -f "$seeds/gguf/tiny.gguf" ]]; then head -c 65536 "$seeds/gguf/tiny.gguf" > "$seeds/gguf/head.gguf"; rm -f "$seeds/gguf/tiny.gguf"; fi
@@ -26,8 +26,14 @@ for f in assets/templates/*.jinja; do
 done
 printf '\x00{%% for m in messages %%}{{ m.role }}: {{ m.content|trim }}\n{%% endfor %%}' > "$seeds/template/a.jinja"
 
+# Schemas: byte 0 seeds the walk through the matcher.
+printf '\x01{"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]{2,4}$"},"n":{"type":"number","minimum":-1.5,"exclusiveMaximum":2}},"required":["a"]}' > "$seeds/schema/a.json"
+printf '\x02{"anyOf":[{"type":"array","items":{"enum":[1,12,"x"]},"maxItems":3},{"type":"string","format":"date"},{"type":"null"}]}' > "$seeds/schema/b.json"
+printf '\x03{"$defs":{"p":{"type":"integer","exclusiveMinimum":0}},"type":"object","additionalProperties":{"$ref":"#/$defs/p"}}' > "$seeds/schema/c.json"
+printf '{"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"integer"}}}}},"messages":[{"role":"user","content":"hi"}]}' > "$seeds/request/c.json"
+
 status=0
-for t in gguf tokenizer request template; do
+for t in gguf tokenizer request template schema; do
   echo "== fuzz_$t for ${SECS}s"
   corpus="$BUILD/fuzz/corpus_$t"
   mkdir -p "$corpus"

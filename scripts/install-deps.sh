@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config git ca-certificates curl
       libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
       libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libtomlplusplus-dev gnuplot-nox
-      python3-jinja2)
+      python3-jinja2 python3-jsonschema)
 # Node's npm fetches the tokenizer test vectors; a machine may have it from
 # elsewhere than Debian (then the Debian package would conflict).
 command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)

@@ -12,9 +12,15 @@
 #include <random>
 #include <thread>
 
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "constrain/json_constraint.h"
 #include "core/bytes.h"
 #include "core/region.h"
 #include "engine/engine.h"
+#include "serve/json_schema.h"
 #include "tools/commands.h"
 #include "tools/options.h"
 
@@ -38,6 +44,7 @@ struct BenchFlags {
   bool json = false;
   bool bandwidth = false;
   bool no_pack = false;
+  std::string json_schema;  // also decode under this response_format schema (a file)
 };
 
 double median(std::vector<double> v) {
@@ -113,7 +120,9 @@ std::vector<int32_t> random_prompt(int n, int n_vocab, uint64_t seed) {
 
 // Runs `k` requests at once (prompt of `prompt` tokens each, `gen` tokens out).
 // Returns {prefill seconds of the first request, aggregate decode tokens/s}.
-std::pair<double, double> run_streams(Engine& e, int k, int prompt, int gen, uint64_t seed) {
+// `constraint`, when given, makes each request's output constraint.
+std::pair<double, double> run_streams(Engine& e, int k, int prompt, int gen, uint64_t seed,
+                                      const std::function<std::shared_ptr<TokenConstraint>()>& constraint = {}) {
   GenerateParams gp;
   gp.sampling.temperature = 0;
   gp.max_tokens = gen;
@@ -123,6 +132,7 @@ std::pair<double, double> run_streams(Engine& e, int k, int prompt, int gen, uin
   for (int i = 0; i < k; ++i) {
     const SlotRef s = e.try_acquire();
     slots.push_back(s);
+    if (constraint) gp.constraint = constraint();
     (void)e.submit(s, random_prompt(prompt, e.model().config.n_vocab, seed + static_cast<uint64_t>(i)), gp);
   }
   // Prefill ends when every stream has its first token; decode runs from
@@ -141,6 +151,107 @@ std::pair<double, double> run_streams(Engine& e, int k, int prompt, int gen, uin
   for (const SlotRef& s : slots) tokens += e.wait_for(s.slot, 1 << 30, Clock::now()) - 1;
   for (const SlotRef& s : slots) e.release(s);
   return {prefill, tokens / std::max(dec, 1e-9)};
+}
+
+// Counts how often the sampler's first pick was refused (a full-vocabulary
+// mask), and the time spent in the constraint: a cost that does not depend
+// on how loaded the machine's other cores are, unlike the decode rates.
+class CountingConstraint final : public TokenConstraint {
+ public:
+  CountingConstraint(std::shared_ptr<TokenConstraint> c, std::atomic<uint64_t>& masks, std::atomic<uint64_t>& ns)
+      : c_(std::move(c)), masks_(masks), ns_(ns) {}
+  bool allows(int32_t t, int left) override {
+    const auto t0 = Clock::now();
+    const bool r = c_->allows(t, left);
+    add(t0);
+    return r;
+  }
+  int mask(const float* logits, float* out, int n, int left) override {
+    masks_.fetch_add(1);
+    const auto t0 = Clock::now();
+    const int r = c_->mask(logits, out, n, left);
+    add(t0);
+    return r;
+  }
+  void accept(int32_t t) override {
+    const auto t0 = Clock::now();
+    c_->accept(t);
+    add(t0);
+  }
+  bool done() const override { return c_->done(); }
+
+ private:
+  void add(Clock::time_point t0) {
+    ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+  }
+  std::shared_ptr<TokenConstraint> c_;
+  std::atomic<uint64_t>& masks_;
+  std::atomic<uint64_t>& ns_;
+};
+
+// Single-stream decode with and without the schema's constraint, the two
+// alternating in one run (the same machine state for both): medians,
+// ranges, and how often the constraint had to mask the whole vocabulary.
+int constrained_decode(Engine& e, const BenchFlags& f, nlohmann::json& out) {
+  std::ifstream in(f.json_schema);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto doc = nlohmann::ordered_json::parse(text.str(), nullptr, false);
+  if (!in || doc.is_discarded()) {
+    fmt::print(stderr, "error: {} is not a readable JSON file\n", f.json_schema);
+    return 1;
+  }
+  const serve::CompiledSchema c = serve::compile_json_schema(doc);
+  if (!c.schema) {
+    fmt::print(stderr, "error: {}{}: {}\n", f.json_schema, c.path, c.message);
+    return 1;
+  }
+  auto vocab = std::make_shared<const constrain::TokenVocab>(e.tokenizer());
+  std::atomic<uint64_t> masks{0}, ns{0};
+  auto make = [&]() -> std::shared_ptr<TokenConstraint> {
+    return std::make_shared<CountingConstraint>(std::make_shared<constrain::JsonConstraint>(c.schema, vocab), masks, ns);
+  };
+  std::vector<double> plain, constrained;
+  uint64_t tokens = 0;
+  for (int r = 0; r < std::max(f.reps, 5); ++r) {
+    plain.push_back(run_streams(e, 1, 16, f.gen, 500 + static_cast<uint64_t>(r)).second);
+    const auto before = e.stats().generated_tokens;
+    constrained.push_back(run_streams(e, 1, 16, f.gen, 500 + static_cast<uint64_t>(r), make).second);
+    tokens += e.stats().generated_tokens - before;
+  }
+  auto range = [](const std::vector<double>& v) {
+    return nlohmann::json{{"median", median(v)}, {"min", *std::min_element(v.begin(), v.end())},
+                          {"max", *std::max_element(v.begin(), v.end())}};
+  };
+  double load = 0;
+  if (std::FILE* la = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(la, "%lf", &load) != 1) load = 0;
+    std::fclose(la);
+  }
+  const double cost = 1 - median(constrained) / median(plain);
+  // The constraint's own time per token against a plain token's time.
+  const double us_per_token = tokens ? ns.load() / 1e3 / static_cast<double>(tokens) : 0;
+  const double cpu_fraction = us_per_token * 1e-6 * median(plain);
+  out["json_schema"] = {{"file", f.json_schema},
+                        {"plain_decode_tokens_per_s", range(plain)},
+                        {"constrained_decode_tokens_per_s", range(constrained)},
+                        {"cost_fraction", cost},
+                        {"constrained_tokens", tokens},
+                        {"full_masks", masks.load()},
+                        {"constraint_us_per_token", us_per_token},
+                        {"constraint_fraction_of_plain_token", cpu_fraction},
+                        {"runs", plain.size()},
+                        {"load_average_1min", load}};
+  if (!f.json)
+    fmt::print("json schema {}: decode {:.1f} tokens/s plain ({:.1f}..{:.1f}), {:.1f} constrained ({:.1f}..{:.1f}): "
+               "{:+.1f}% cost; {} of {} constrained tokens needed a full mask; the constraint took {:.1f} us a token "
+               "({:.2f}% of a plain token's time); medians of {} alternating runs, load average {:.2f}\n",
+               f.json_schema, median(plain), *std::min_element(plain.begin(), plain.end()),
+               *std::max_element(plain.begin(), plain.end()), median(constrained),
+               *std::min_element(constrained.begin(), constrained.end()),
+               *std::max_element(constrained.begin(), constrained.end()), 100 * cost, masks.load(), tokens,
+               us_per_token, 100 * cpu_fraction, plain.size(), load);
+  return 0;
 }
 
 int bench(const BenchFlags& f) {
@@ -232,6 +343,7 @@ int bench(const BenchFlags& f) {
     if (!f.json) fmt::print("  {} streams: {:.1f} tokens/s aggregate ({:.1f} per stream)\n", k, median(agg), median(agg) / k);
   }
   out["streams"] = arr;
+  if (!f.json_schema.empty() && constrained_decode(e, f, out) != 0) return 1;
   if (f.json) fmt::print("{}\n", out.dump(2));
   e.stop();
   return 0;
@@ -252,6 +364,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print one JSON object");
   cmd->add_flag("--bandwidth", f->bandwidth, "Also probe memory read bandwidth and the decode limit it implies");
   cmd->add_flag("--no-pack", f->no_pack, "Keep the file's weight layout (no interleaved repacking)");
+  cmd->add_option("--json-schema", f->json_schema,
+                  "Also measure single-stream decode under this JSON schema (a file, as response_format's "
+                  "json_schema.schema), alternating with unconstrained runs");
   cmd->callback([f] { set_exit_code(bench(*f)); });
 }
 

@@ -347,6 +347,7 @@ void Engine::release(SlotRef ref) {
   // What the request left in the cache stays for the next one, unless it
   // asked otherwise (or never ran: n_past is then what was reused, still valid).
   s.cached.store(s.params.keep_cache ? s.n_past.load(std::memory_order_relaxed) : 0, std::memory_order_relaxed);
+  s.params.constraint.reset();  // the engine is done with the slot: the request's automaton goes with it
   s.released_at.store(release_seq_.fetch_add(1) + 1, std::memory_order_relaxed);
   uint64_t g = ref.gen;
   if (!s.gen.compare_exchange_strong(g, ref.gen + 1)) return;  // released twice at once: the other one won
@@ -655,11 +656,21 @@ bool Engine::step_once() {
     const float* row = *logits + r * static_cast<size_t>(n_vocab);
     const int n_out = static_cast<int>(s.n_out.load());
     const int n_seq = s.n_prompt + n_out;
-    const int32_t tok = sampler_->sample(row, s.params.sampling, {s.tokens, static_cast<size_t>(n_seq)}, s.rng);
-    if (!s.params.ignore_eos && tok_.is_eog(tok)) {
+    TokenConstraint* constraint = s.params.constraint.get();
+    // Tokens this request may still produce after this one.
+    const int left = std::min(s.max_tokens - n_out, plan_.ctx - n_seq) - 1;
+    const int32_t tok =
+        sampler_->sample(row, s.params.sampling, {s.tokens, static_cast<size_t>(n_seq)}, s.rng, constraint, left);
+    if (tok < 0) {
+      spdlog::error("slot {}: the output constraint allows no token", batch_slot_[r]);
+      finish_slot(s, Finish::Error);
+      continue;
+    }
+    if ((constraint != nullptr || !s.params.ignore_eos) && tok_.is_eog(tok)) {
       finish_slot(s, Finish::Stop);
       continue;
     }
+    if (constraint != nullptr) constraint->accept(tok);
     s.tokens[n_seq] = tok;
     if (s.params.top_logprobs >= 0) {
       TokenLogprob* lp = s.lp + static_cast<size_t>(n_out) * kLpPerToken;
@@ -674,7 +685,8 @@ bool Engine::step_once() {
         s.state.store(static_cast<uint32_t>(SlotState::Decode));
     }
     s.cv.notify_all();
-    if (n_out + 1 >= s.max_tokens || n_seq + 1 >= plan_.ctx) finish_slot(s, Finish::Length);
+    if (constraint != nullptr && constraint->done()) finish_slot(s, Finish::Stop);
+    else if (n_out + 1 >= s.max_tokens || n_seq + 1 >= plan_.ctx) finish_slot(s, Finish::Length);
   }
   // Copying rows is part of what this step cost.
   const double sec = std::chrono::duration<double>(Clock::now() - t0).count() + copy_seconds;

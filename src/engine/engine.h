@@ -30,6 +30,7 @@
 #include "core/thread_pool.h"
 #include "engine/memory_plan.h"
 #include "engine/sampler.h"
+#include "engine/token_constraint.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -68,6 +69,12 @@ struct GenerateParams {
   // match the prompt (checked token by token then, so a source that moved
   // on costs only speed), on top of the `reuse` tokens; -1: none.
   int copy_from = -1;
+  // What the output may be (a JSON schema, say), or null. Owned by the
+  // request; the engine steps it on its thread, drops it at release, and
+  // ends the answer (Finish::Stop) once the constraint says it is done. An
+  // end-of-generation token then always ends the answer (ignore_eos does not
+  // apply), and a constraint that allows nothing ends it as Finish::Error.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // GenerateParams::copy_from: the pinned prefix (Engine::pin_prefix).

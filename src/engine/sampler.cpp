@@ -23,9 +23,21 @@ Status SamplingParams::validate() const {
 }
 
 Sampler::Sampler(int n_vocab)
-    : n_vocab_(n_vocab), cand_(static_cast<size_t>(n_vocab)), prob_(static_cast<size_t>(n_vocab)) {}
+    : n_vocab_(n_vocab),
+      cand_(static_cast<size_t>(n_vocab)),
+      prob_(static_cast<size_t>(n_vocab)),
+      masked_(static_cast<size_t>(n_vocab)) {}
 
-size_t Sampler::bytes_for(int n_vocab) { return static_cast<size_t>(n_vocab) * (sizeof(Cand) + sizeof(float)); }
+size_t Sampler::bytes_for(int n_vocab) { return static_cast<size_t>(n_vocab) * (sizeof(Cand) + 2 * sizeof(float)); }
+
+int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<const int32_t> recent, Rng& rng,
+                        TokenConstraint* c, int left) {
+  const int32_t tok = sample(logits, p, recent, rng);
+  if (c == nullptr || c->allows(tok, left)) return tok;
+  std::fill(masked_.begin(), masked_.end(), -INFINITY);
+  if (c->mask(logits, masked_.data(), n_vocab_, left) == 0) return -1;
+  return sample(masked_.data(), p, recent, rng);
+}
 
 void Sampler::apply_penalties(const SamplingParams& p, std::span<const int32_t> recent) {
   const bool any = p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/token_constraint.h"
 
 namespace edgelm {
 
@@ -58,6 +59,14 @@ class Sampler {
   // the sequence's latest tokens (the penalty window is its tail).
   int32_t sample(const float* logits, const SamplingParams& p, std::span<const int32_t> recent, Rng& rng);
 
+  // The same under a constraint (`left`: tokens that may follow this one).
+  // Fast path: the token drawn as above, kept if the constraint allows it
+  // (one check, usually a few bytes). Otherwise a row of -infinity gets the
+  // logits of the tokens the constraint allows, and the draw is repeated on
+  // it. Returns -1 when the constraint allows nothing at all.
+  int32_t sample(const float* logits, const SamplingParams& p, std::span<const int32_t> recent, Rng& rng,
+                 TokenConstraint* c, int left);
+
   // log-softmax of a row of logits (the model's own distribution, before
   // penalties and truncation): fills `top` with the most likely tokens and
   // returns the logprob of `token`.
@@ -75,6 +84,7 @@ class Sampler {
   int n_vocab_;
   std::vector<Cand> cand_;
   std::vector<float> prob_;
+  std::vector<float> masked_;  // [n_vocab]: a row with the constraint's refusals masked
   size_t n_cand_ = 0;
 };
 

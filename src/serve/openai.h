@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,6 +20,10 @@
 #include <vector>
 
 #include "engine/sampler.h"
+
+namespace edgelm::constrain {
+struct Schema;
+}
 
 namespace edgelm::serve {
 
@@ -79,6 +84,10 @@ struct GenerationRequest {
   // prompt with the start of the assistant's turn. Only /apply-template and
   // `edgelm template` read it; a chat completion always adds it.
   bool add_generation_prompt = true;
+  // response_format json_object / json_schema: what the answer must be
+  // (null: free text). Compiled here; the server makes the token constraint.
+  std::shared_ptr<const constrain::Schema> schema;
+  std::string response_format = "text";  // "text", "json_object" or "json_schema"
 };
 
 struct RequestLimits {
@@ -103,8 +112,11 @@ inline constexpr int kMaxTopLogprobs = 20;
 // POST /v1/chat/completions. Fields read: messages, model, max_tokens,
 // max_completion_tokens, temperature, top_p, top_k*, min_p*, presence_penalty,
 // frequency_penalty, repeat_penalty*, seed, stop, n (only 1), stream,
-// stream_options, logprobs, top_logprobs, response_format (only "text"),
-// user, ignore_eos* (* non-standard, as llama-server). tools / tool_choice /
+// stream_options, logprobs, top_logprobs, response_format ("text",
+// "json_object", "json_schema": see serve/json_schema.h for the schema
+// keywords; a keyword that is not enforced is a 400 naming it, and 'stop'
+// cannot be combined with a JSON format), user, ignore_eos* (* non-standard,
+// as llama-server). tools / tool_choice /
 // functions / function_call / logit_bias are refused unless empty or "none".
 // Any other field is ignored; a null value counts as absent.
 ParsedRequest parse_chat_request(std::string_view body, const RequestLimits& limits);
@@ -112,7 +124,7 @@ ParsedRequest parse_chat_request(std::string_view body, const RequestLimits& lim
 // POST /v1/completions. As chat, with prompt instead of messages (a string,
 // an array of one string, an array of token ids or an array of one array of
 // token ids), logprobs an integer 0..20, and echo / best_of / suffix refused
-// when they ask for anything but the default.
+// when they ask for anything but the default. response_format as for chat.
 ParsedRequest parse_completion_request(std::string_view body, const RequestLimits& limits);
 
 // ---------------------------------------------------------------------------

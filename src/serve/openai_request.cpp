@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve/json_schema.h"
+
 namespace edgelm::serve {
 namespace {
 
@@ -601,21 +603,62 @@ Err read_chat(const json& body, const RequestLimits& lim, GenerationRequest& req
           key, fmt::format("'{}' is not supported: this server does not support tools", key));
     }
   }
-  if (const json* v = field(body, "response_format")) {
-    if (!v->is_object()) return must_be("response_format", "an object", *v, false);
-    const json* type = field(*v, "type");
-    if (!type) {
-      return invalid_request("'response_format.type' is required", "response_format.type",
+  return std::nullopt;
+}
+
+// response_format, for chat and completions. The schema is read again from
+// the body as an ordered document: its properties are written in the order
+// the client declared them.
+Err read_response_format(const json& body, std::string_view text, GenerationRequest& req) {
+  const json* v = field(body, "response_format");
+  if (!v) return std::nullopt;
+  if (!v->is_object()) return must_be("response_format", "an object", *v, false);
+  const json* type = field(*v, "type");
+  if (!type) {
+    return invalid_request("'response_format.type' is required", "response_format.type",
+                           "missing_required_parameter");
+  }
+  if (!type->is_string()) return must_be("response_format.type", "a string", *type, false);
+  const std::string& t = type->get_ref<const std::string&>();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object") {
+    req.schema = json_object_schema();
+  } else if (t == "json_schema") {
+    const json* js = field(*v, "json_schema");
+    if (!js) {
+      return invalid_request("'response_format.json_schema' is required", "response_format.json_schema",
                              "missing_required_parameter");
     }
-    if (!type->is_string()) return must_be("response_format.type", "a string", *type, false);
-    if (*type != "text") {
-      return invalid_request(
-          fmt::format("'response_format.type' '{}' is not supported; only 'text' is",
-                      shorten(type->get_ref<const std::string&>(), 32)),
-          "response_format.type", "unsupported_value");
+    if (!js->is_object()) return must_be("response_format.json_schema", "an object", *js, false);
+    if (const json* n = field(*js, "name"); n && !n->is_string())
+      return must_be("response_format.json_schema.name", "a string", *n, false);
+    if (const json* st = field(*js, "strict"); st && !st->is_boolean())
+      return must_be("response_format.json_schema.strict", "a boolean", *st, false);
+    const json* sc = field(*js, "schema");
+    if (!sc) {
+      return invalid_request("'response_format.json_schema.schema' is required",
+                             "response_format.json_schema.schema", "missing_required_parameter");
     }
+    if (!sc->is_object() && !sc->is_boolean())
+      return must_be("response_format.json_schema.schema", "an object", *sc, false);
+    const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (doc.is_discarded()) return not_json("cannot be read again");
+    const CompiledSchema c = compile_json_schema(doc["response_format"]["json_schema"]["schema"]);
+    if (!c.schema) {
+      const std::string path = "response_format.json_schema.schema" + c.path;
+      return invalid_request(fmt::format("'{}': {}", path, c.message), path, "unsupported_schema");
+    }
+    req.schema = c.schema;
+  } else {
+    return invalid_request(
+        fmt::format("'response_format.type' '{}' is not supported; 'text', 'json_object' and 'json_schema' are",
+                    shorten(t, 32)),
+        "response_format.type", "unsupported_value");
   }
+  req.response_format = t;
+  if (!req.stop.empty())
+    return invalid_request("'stop' cannot be used with a JSON 'response_format': a stop string could cut the JSON short",
+                           "stop", "unsupported_parameter");
   return std::nullopt;
 }
 
@@ -714,6 +757,7 @@ ParsedRequest parse_request(std::string_view body, const RequestLimits& lim, boo
     if (Err e = chat ? read_chat(root, lim, req) : read_completion(root, lim, req)) {
       return std::move(*e);
     }
+    if (Err e = read_response_format(root, body, req)) return std::move(*e);
     // Every range is checked above; this keeps the two checks from drifting apart.
     if (Status st = req.sampling.validate(); !st.ok()) return invalid_request(st.message());
     return req;

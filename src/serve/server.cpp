@@ -14,6 +14,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include "constrain/json_constraint.h"
 #include "core/sysmem.h"
 #include "serve/http_pool.h"
 #include "serve/openai.h"
@@ -87,6 +88,9 @@ struct Server::Impl {
   std::string chat_template_error;
   bool chat_template_fatal = false;  // a template was given or found and cannot be used
   size_t max_piece = 0;  // the longest token piece of the vocabulary, in bytes
+  // Every token's bytes by first byte, for response_format's constraints
+  // (made once; about 8 bytes a token).
+  std::shared_ptr<const constrain::TokenVocab> vocab;
   std::thread monitor;
   std::atomic<bool> stopping{false};
   std::mutex stop_mu;
@@ -213,6 +217,20 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   gp.top_logprobs = r.top_logprobs;
   gp.ignore_eos = r.ignore_eos;
   if (Status st = gp.sampling.validate(); !st.ok()) return reply_error(res, invalid_request(st.message()));
+  if (r.schema) {
+    // The automaton's state is made here, once; decoding only steps it.
+    if (!vocab->has_all_bytes())
+      return reply_error(res, invalid_request("this model's vocabulary lacks single-byte tokens, which "
+                                              "'response_format' needs to guarantee the answer ends",
+                                              "response_format", "unsupported_value"));
+    auto c = std::make_shared<constrain::JsonConstraint>(r.schema, vocab);
+    if (c->min_tokens() > gp.max_tokens)
+      return reply_error(res, invalid_request(fmt::format("the shortest answer the response_format allows takes up "
+                                                          "to {} tokens, but only {} may be generated",
+                                                          c->min_tokens(), gp.max_tokens),
+                                              "max_tokens"));
+    gp.constraint = std::move(c);
+  }
   // A non-streamed answer is held whole until it is sent: keep it within
   // what the plan counts for it.
   if (!r.stream) {
@@ -478,6 +496,7 @@ Server::Server(Engine& engine, const ServerOptions& o)
   impl_->chat_template_fatal = tmpl.fatal;
   for (int32_t t = 0; t < engine.tokenizer().n_vocab(); ++t)
     impl_->max_piece = std::max(impl_->max_piece, engine.tokenizer().token_piece_view(t).size());
+  impl_->vocab = std::make_shared<const constrain::TokenVocab>(engine.tokenizer());
   const int workers = http_threads_for(o, engine.n_slots());
   const int cap = o.max_connections > 0 ? o.max_connections : 4 * workers;
   impl_->http.new_task_queue = [this, workers, cap] {

@@ -152,5 +152,48 @@ TEST(Sampler, ValidateNamesTheField) {
   EXPECT_TRUE(SamplingParams().validate().ok());
 }
 
+// Allows tokens divisible by `mod` (none when mod is 0), counting masks.
+class EveryNth final : public TokenConstraint {
+ public:
+  explicit EveryNth(int mod) : mod_(mod) {}
+  bool allows(int32_t t, int) override { return mod_ > 0 && t % mod_ == 0; }
+  int mask(const float* logits, float* out, int n, int left) override {
+    ++masks;
+    int k = 0;
+    for (int32_t t = 0; t < n; ++t)
+      if (allows(t, left)) out[t] = logits[t], ++k;
+    return k;
+  }
+  void accept(int32_t) override {}
+  bool done() const override { return false; }
+  int masks = 0;
+
+ private:
+  int mod_;
+};
+
+TEST(Sampler, ConstraintChecksTheDrawAndMasksOnlyOnRefusal) {
+  Sampler s(8);
+  const std::vector<float> l = {0, 5, 1, 4, 2, 3, 0.5f, 9};
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Rng rng(1);
+  EveryNth one(1);
+  EXPECT_EQ(s.sample(l.data(), greedy, {}, rng, &one, 10), 7);
+  EXPECT_EQ(one.masks, 0) << "the draw was allowed: no mask";
+  EveryNth even(2);
+  EXPECT_EQ(s.sample(l.data(), greedy, {}, rng, &even, 10), 2 + 2) << "the best even token";
+  EXPECT_EQ(even.masks, 1);
+  SamplingParams warm;
+  warm.temperature = 1.5f;
+  warm.top_k = 0;
+  warm.top_p = 1;
+  warm.min_p = 0;
+  EveryNth three(3);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(s.sample(l.data(), warm, {}, rng, &three, 10) % 3, 0);
+  EveryNth none(0);
+  EXPECT_EQ(s.sample(l.data(), warm, {}, rng, &none, 10), -1);
+}
+
 }  // namespace
 }  // namespace edgelm

@@ -374,8 +374,9 @@ TEST(OpenAiChat, BadFieldsAreNamed) {
       {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"},
       {R"("logprobs":true,"top_logprobs":-1)", "top_logprobs"},
       {R"("logprobs":true,"top_logprobs":2.5)", "top_logprobs"},
-      {R"("response_format":{"type":"json_object"})", "response_format.type"},
-      {R"("response_format":{"type":"json_schema","json_schema":{}})", "response_format.type"},
+      {R"("response_format":{"type":"json_schema","json_schema":{}})", "response_format.json_schema.schema"},
+      {R"("response_format":{"type":"xml"})", "response_format.type"},
+      {R"("response_format":{"type":"json_object"},"stop":["x"])", "stop"},
       {R"("response_format":"text")", "response_format"},
       {R"("response_format":{})", "response_format.type"},
       {R"("response_format":{"type":1})", "response_format.type"},
@@ -438,8 +439,8 @@ TEST(OpenAiChat, UnsupportedFeaturesSaySo) {
   ApiError e = chat_err(chat_body(R"("n":3)"));
   EXPECT_EQ(e.message, "'n' must be 1 (only n=1 is supported), got 3");
   EXPECT_EQ(e.param, "n");
-  e = chat_err(chat_body(R"("response_format":{"type":"json_object"})"));
-  EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
+  e = chat_err(chat_body(R"("response_format":{"type":"json_schema","json_schema":{"schema":{"not":{}}}})"));
+  EXPECT_NE(e.message.find("'not' is not supported"), std::string::npos) << e.message;
   e = chat_err(chat_body(R"("tools":[{"type":"function"}])"));
   EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
   EXPECT_EQ(e.code, "unsupported_parameter");

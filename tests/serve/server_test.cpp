@@ -527,3 +527,53 @@ TEST(Serve, NonStreamedAnswersStayWithinThePlan) {
 
 }  // namespace
 }  // namespace edgelm
+
+namespace edgelm {
+namespace {
+
+// response_format through the server: the answers parse and end by the
+// constraint (stop), streamed or not; too small a max_tokens is a 400.
+TEST(Serve, ResponseFormatJsonSchema) {
+  LiveServer s({});
+  auto c = s.client();
+  const std::string rf =
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":)"
+      R"({"n":{"type":"integer","minimum":1,"maximum":9},"s":{"type":"string","maxLength":4}},"required":["n","s"]}}})";
+  for (bool stream : {false, true}) {
+    const std::string body = std::string(R"({"messages":[{"role":"user","content":"json"}],"max_tokens":60,"stream":)") +
+                             (stream ? "true" : "false") + "," + rf + "}";
+    auto r = c.Post("/v1/chat/completions", body, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::string content, finish;
+    if (!stream) {
+      const json j = json::parse(r->body);
+      content = j["choices"][0]["message"]["content"];
+      finish = j["choices"][0]["finish_reason"];
+    } else {
+      for (size_t p = r->body.find("data: {"); p != std::string::npos; p = r->body.find("data: {", p + 1)) {
+        const json ev = json::parse(r->body.substr(p + 6, r->body.find("\n\n", p) - p - 6));
+        if (ev["choices"].empty()) continue;
+        const json& ch = ev["choices"][0];
+        if (ch["delta"].contains("content")) content += ch["delta"]["content"].get<std::string>();
+        if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
+      }
+    }
+    EXPECT_EQ(finish, "stop") << content;
+    const json v = json::parse(content, nullptr, false);
+    ASSERT_TRUE(v.is_object()) << content;
+    EXPECT_GE(v["n"].get<int>(), 1);
+    EXPECT_LE(v["n"].get<int>(), 9);
+    EXPECT_LE(v["s"].get<std::string>().size(), 4u * 4);
+  }
+  auto r = c.Post("/v1/chat/completions",
+                  std::string(R"({"messages":[{"role":"user","content":"json"}],"max_tokens":5,)") + rf + "}",
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "max_tokens") << r->body;
+  EXPECT_TRUE(s.wait_idle());
+}
+
+}  // namespace
+}  // namespace edgelm

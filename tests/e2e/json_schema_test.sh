@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# response_format end to end: edgelm serve on a noise-weight synthetic model
+# (the Qwen2 vocabulary when fetched, else the built-in byte vocabulary),
+# 100+ constrained answers validated by python3-jsonschema
+# (tests/e2e/json_schema_client.py). Exit 77 (skip) without python3-jsonschema.
+set -euo pipefail
+EDGELM="$1"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+/usr/bin/python3 -c 'import jsonschema' 2>/dev/null || { echo "SKIP: python3-jsonschema is not installed"; exit 77; }
+TMP="$(mktemp -d)"
+cleanup() { [[ -n "${PID:-}" ]] && kill "$PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+VOCAB="$ROOT/assets/vocab/ggml-vocab-qwen2.gguf"
+if [[ -f "$VOCAB" ]]; then
+  "$EDGELM" synth --shape tiny-qwen2 --type Q8_0 --vocab "$VOCAB" -o "$TMP/tiny.gguf" >/dev/null
+else
+  "$EDGELM" synth --shape tiny-llama --type Q8_0 -o "$TMP/tiny.gguf" >/dev/null
+fi
+"$EDGELM" serve -m "$TMP/tiny.gguf" --slots 4 --ctx 512 --port 0 --threads 1 --chat-template chatml > "$TMP/log" 2>&1 &
+PID=$!
+for _ in $(seq 1 100); do
+  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/log" | grep -o '[0-9]*$' || true)
+  [[ -n "$PORT" ]] && break
+  sleep 0.1
+done
+[[ -n "${PORT:-}" ]] || { cat "$TMP/log"; echo "server did not start"; exit 1; }
+# Sanitizer builds (CI sets their options) run ten times slower: fewer answers.
+N=100
+[[ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]] && N=20
+/usr/bin/python3 "$ROOT/tests/e2e/json_schema_client.py" "http://127.0.0.1:$PORT" "$N"
