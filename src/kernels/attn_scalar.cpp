@@ -1,0 +1,59 @@
+// Scalar reference of the attention tile kernels (kernels.h, "attention
+// tiles"): the oracle the SIMD versions are tested against.
+
+#include "kernels/backend.h"
+#include "kernels/blocks.h"
+#include "kernels/fp16.h"
+
+namespace edgelm::kernels {
+namespace {
+
+void kv_f32(const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const float*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
+}
+
+void kv_f16(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp::half_to_float(h[i]);
+}
+
+void kv_q8_0(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t k = 0; k < n / kQK; ++k) {
+    const float d = fp::half_to_float(b[k].d);
+    for (int j = 0; j < kQK; ++j) dst[k * kQK + j] = static_cast<float>(b[k].qs[j]) * d;
+  }
+}
+
+void scores(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
+  for (int i = 0; i < nq; ++i) {
+    for (int j = 0; j < nk; ++j) {
+      float sum = 0.0f;
+      for (int64_t c = 0; c < d; ++c) sum += q[i * d + c] * k[j * d + c];
+      s[i * lds + j] = sum;
+    }
+  }
+}
+
+void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o) {
+  for (int i = 0; i < nq; ++i) {
+    float* oi = o + i * d;
+    for (int j = 0; j < nk; ++j) {
+      const float w = p[i * ldp + j];
+      for (int64_t c = 0; c < d; ++c) oi[c] += w * v[j * d + c];
+    }
+  }
+}
+
+}  // namespace
+
+void register_attn_scalar(Backend& be) {
+  be.kv_to_f32[kv_slot(DType::F32)] = kv_f32;
+  be.kv_to_f32[kv_slot(DType::F16)] = kv_f16;
+  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_q8_0;
+  be.attn_scores = scores;
+  be.attn_accumulate = accumulate;
+}
+
+}  // namespace edgelm::kernels
