@@ -18,11 +18,11 @@ inline __mmask16 tail_mask(int64_t left) {
   return static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
 }
 
-void kv_f32(const void* src, float* dst, int64_t n) {
+inline void kv_f32(const void* src, float* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
-void kv_f16(const void* src, float* dst, int64_t n) {
+inline void kv_f16(const void* src, float* dst, int64_t n) {
   const auto* h = static_cast<const uint16_t*>(src);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
@@ -30,7 +30,7 @@ void kv_f16(const void* src, float* dst, int64_t n) {
   }
 }
 
-void kv_q8_0(const void* src, float* dst, int64_t n) {
+inline void kv_q8_0(const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const BlockQ8_0*>(src);
   for (int64_t k = 0; k < n / kQK; ++k, dst += kQK) {
     const __m512 d = _mm512_set1_ps(half_to_float(b[k].d));
@@ -39,6 +39,12 @@ void kv_q8_0(const void* src, float* dst, int64_t n) {
       _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8)), d));
     }
   }
+}
+
+// Rows at a byte stride, each converted by Row (inlined: no call per row).
+template <void (*Row)(const void*, float*, int64_t)>
+void kv_rows(const void* src, size_t src_stride, int rows, float* dst, int64_t n) {
+  for (int r = 0; r < rows; ++r) Row(static_cast<const uint8_t*>(src) + r * src_stride, dst + r * n, n);
 }
 
 template <int NR, int NK>
@@ -110,9 +116,9 @@ void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int
 }  // namespace
 
 void register_attn_avx512(Backend& be) {
-  be.kv_to_f32[kv_slot(DType::F32)] = kv_f32;
-  be.kv_to_f32[kv_slot(DType::F16)] = kv_f16;
-  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_q8_0;
+  be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_f32>;
+  be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<kv_f16>;
+  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
   be.attn_scores = scores;
   be.attn_accumulate = accumulate;
 }

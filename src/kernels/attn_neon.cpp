@@ -14,18 +14,18 @@ namespace {
 
 using namespace neon;
 
-void kv_f32(const void* src, float* dst, int64_t n) {
+inline void kv_f32(const void* src, float* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
-void kv_f16(const void* src, float* dst, int64_t n) {
+inline void kv_f16(const void* src, float* dst, int64_t n) {
   const auto* h = static_cast<const uint16_t*>(src);
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
   for (; i < n; ++i) dst[i] = half_to_float(h[i]);
 }
 
-void kv_q8_0(const void* src, float* dst, int64_t n) {
+inline void kv_q8_0(const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const BlockQ8_0*>(src);
   for (int64_t k = 0; k < n / kQK; ++k, dst += kQK) {
     const float d = half_to_float(b[k].d);
@@ -38,6 +38,12 @@ void kv_q8_0(const void* src, float* dst, int64_t n) {
       vst1q_f32(dst + j + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), d));
     }
   }
+}
+
+// Rows at a byte stride, each converted by Row (inlined: no call per row).
+template <void (*Row)(const void*, float*, int64_t)>
+void kv_rows(const void* src, size_t src_stride, int rows, float* dst, int64_t n) {
+  for (int r = 0; r < rows; ++r) Row(static_cast<const uint8_t*>(src) + r * src_stride, dst + r * n, n);
 }
 
 template <int NR, int NK>
@@ -118,9 +124,9 @@ void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int
 }  // namespace
 
 void register_attn_neon(Backend& be) {
-  be.kv_to_f32[kv_slot(DType::F32)] = kv_f32;
-  be.kv_to_f32[kv_slot(DType::F16)] = kv_f16;
-  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_q8_0;
+  be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_f32>;
+  be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<kv_f16>;
+  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
   be.attn_scores = scores;
   be.attn_accumulate = accumulate;
 }

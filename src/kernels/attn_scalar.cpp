@@ -8,22 +8,28 @@
 namespace edgelm::kernels {
 namespace {
 
-void kv_f32(const void* src, float* dst, int64_t n) {
+inline void kv_f32(const void* src, float* dst, int64_t n) {
   const auto* s = static_cast<const float*>(src);
   for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
 }
 
-void kv_f16(const void* src, float* dst, int64_t n) {
+inline void kv_f16(const void* src, float* dst, int64_t n) {
   const auto* h = static_cast<const uint16_t*>(src);
   for (int64_t i = 0; i < n; ++i) dst[i] = fp::half_to_float(h[i]);
 }
 
-void kv_q8_0(const void* src, float* dst, int64_t n) {
+inline void kv_q8_0(const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const BlockQ8_0*>(src);
   for (int64_t k = 0; k < n / kQK; ++k) {
     const float d = fp::half_to_float(b[k].d);
     for (int j = 0; j < kQK; ++j) dst[k * kQK + j] = static_cast<float>(b[k].qs[j]) * d;
   }
+}
+
+// Rows at a byte stride, each converted by Row (inlined: no call per row).
+template <void (*Row)(const void*, float*, int64_t)>
+void kv_rows(const void* src, size_t src_stride, int rows, float* dst, int64_t n) {
+  for (int r = 0; r < rows; ++r) Row(static_cast<const uint8_t*>(src) + r * src_stride, dst + r * n, n);
 }
 
 void scores(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
@@ -49,9 +55,9 @@ void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int
 }  // namespace
 
 void register_attn_scalar(Backend& be) {
-  be.kv_to_f32[kv_slot(DType::F32)] = kv_f32;
-  be.kv_to_f32[kv_slot(DType::F16)] = kv_f16;
-  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_q8_0;
+  be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_f32>;
+  be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<kv_f16>;
+  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
   be.attn_scores = scores;
   be.attn_accumulate = accumulate;
 }

@@ -18,7 +18,7 @@ using GemmFn = void (*)(const GemmArgs& a, int64_t r0, int64_t r1);
 using QuantizeFn = void (*)(const float* x, void* dst, int64_t n);
 using DotKvFn = float (*)(const float* q, const void* k, int64_t n);
 using AxpyKvFn = void (*)(float a, const void* v, float* y, int64_t n);
-using KvToF32Fn = void (*)(const void* src, float* dst, int64_t n);
+using KvToF32Fn = void (*)(const void* src, size_t src_stride, int rows, float* dst, int64_t n);
 using AttnScoresFn = void (*)(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds);
 using AttnAccumulateFn = void (*)(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
 

@@ -292,10 +292,10 @@ void axpy_kv(Isa isa, DType kv_type, float a, const void* v, float* y, int64_t n
   table().axpy_kv[isa_index(isa)][s](a, v, y, n);
 }
 
-void kv_to_f32(Isa isa, DType kv_type, const void* src, float* dst, int64_t n) {
+void kv_to_f32(Isa isa, DType kv_type, const void* src, size_t src_stride, int rows, float* dst, int64_t n) {
   const int s = kv_slot(kv_type);
   if (s < 0) std::abort();
-  table().kv_to_f32[isa_index(isa)][s](src, dst, n);
+  if (rows > 0) table().kv_to_f32[isa_index(isa)][s](src, src_stride, rows, dst, n);
 }
 
 void attn_scores(Isa isa, const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {

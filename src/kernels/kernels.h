@@ -108,9 +108,11 @@ void store_kv(DType kv_type, const float* src, void* dst, int64_t n);
 // rows of a block are converted to f32 once, then every query row that
 // shares the KV head reads them from cache-resident scratch.
 //
-// dst[0..n) = the values of one KV cache row (F32, F16 or Q8_0); exact on
-// every ISA (the same values as dequantize_row).
-void kv_to_f32(Isa isa, DType kv_type, const void* src, float* dst, int64_t n);
+// dst[r * n + c] = element c of the KV cache row at src + r * src_stride
+// bytes, for r < rows, c < n (F32, F16 or Q8_0 rows): a block of one head's
+// keys or values, packed. Exact on every ISA (the values dequantize_row
+// gives).
+void kv_to_f32(Isa isa, DType kv_type, const void* src, size_t src_stride, int rows, float* dst, int64_t n);
 // s[i * lds + j] = dot(q + i * d, k + j * d) for i < nq, j < nk: the scores
 // of nq query rows against nk key rows, all d floats, packed. A score's
 // rounding depends only on its two rows, never on nq, nk or i, j (a query

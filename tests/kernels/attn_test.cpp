@@ -24,7 +24,7 @@ TEST(AttnTiles, KvToF32IsExactOnEveryIsa) {
       const auto want = test::dequantize(t, row.data(), n);
       for (Isa isa : supported_isas()) {
         std::vector<float> got(static_cast<size_t>(n), -1.0f);
-        kv_to_f32(isa, t, row.data(), got.data(), n);
+        kv_to_f32(isa, t, row.data(), row.size(), 1, got.data(), n);
         EXPECT_EQ(got, want) << dtype_name(t) << " " << isa_name(isa) << " n=" << n;
       }
     }
@@ -37,8 +37,33 @@ TEST(AttnTiles, KvToF32IsExactOnEveryIsa) {
     const auto want = test::dequantize(DType::F16, row.data(), n);
     for (Isa isa : supported_isas()) {
       std::vector<float> got(static_cast<size_t>(n));
-      kv_to_f32(isa, DType::F16, row.data(), got.data(), n);
+      kv_to_f32(isa, DType::F16, row.data(), row.size(), 1, got.data(), n);
       EXPECT_EQ(got, want) << isa_name(isa) << " n=" << n;
+    }
+  }
+}
+
+// Several rows at a stride (a head's rows inside whole cache rows).
+TEST(AttnTiles, KvToF32StridedRows) {
+  std::mt19937 rng(14);
+  const int rows = 5, heads = 3;
+  const int64_t n = 64;
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0}) {
+    const size_t head = row_bytes(t, n), stride = head * heads + 6;
+    std::vector<uint8_t> cache(stride * rows);
+    std::vector<float> want;
+    for (int r = 0; r < rows; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        auto x = test::random_floats(n, rng);
+        store_kv(t, x.data(), cache.data() + r * stride + h * head, n);
+      }
+      const auto d = test::dequantize(t, cache.data() + r * stride + 1 * head, n);
+      want.insert(want.end(), d.begin(), d.end());
+    }
+    for (Isa isa : supported_isas()) {
+      std::vector<float> got(want.size());
+      kv_to_f32(isa, t, cache.data() + head, stride, rows, got.data(), n);
+      EXPECT_EQ(got, want) << dtype_name(t) << " " << isa_name(isa);
     }
   }
 }
