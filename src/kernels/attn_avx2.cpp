@@ -121,6 +121,47 @@ void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int
   if (i < nq) accumulate_rows<1>(p + i * ldp, ldp, v, nk, d, o + i * d);
 }
 
+// exp(x) for x <= 0: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so
+// n ln2 is exact enough), e^r by its Taylor polynomial to r^6 (truncation
+// about 1.2e-7 relative), times 2^n built in the exponent bits. Below
+// -87.3 (2^-126) the result is 0.
+inline __m256 exp_neg(__m256 x) {
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_and_ps(y, _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ));
+}
+
+float exp_sum(float* s, int n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    _mm256_storeu_ps(s + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (j < n) {
+    alignas(32) float t[8];
+    for (int u = 0; u < 8; ++u) t[u] = j + u < n ? s[j + u] - m : -100.0f;
+    const __m256 e = exp_neg(_mm256_load_ps(t));
+    _mm256_store_ps(t, e);
+    for (int u = 0; j + u < n; ++u) s[j + u] = t[u];
+    acc = _mm256_add_ps(acc, e);  // the padding lanes are 0
+  }
+  return hsum(acc);
+}
+
 }  // namespace
 
 void register_attn_avx2(Backend& be) {
@@ -129,6 +170,7 @@ void register_attn_avx2(Backend& be) {
   be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
   be.attn_scores = scores;
   be.attn_accumulate = accumulate;
+  be.attn_exp_sum = exp_sum;
 }
 
 }  // namespace edgelm::kernels

@@ -121,6 +121,42 @@ void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int
   if (i < nq) accumulate_rows<1>(p + i * ldp, ldp, v, nk, d, o + i * d);
 }
 
+// exp(x) for x <= 0, as in attn_avx2.cpp.
+inline float32x4_t exp_neg(float32x4_t x) {
+  const float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
+  float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693145751953125f));
+  r = vfmsq_f32(r, n, vdupq_n_f32(1.428606765330187e-06f));
+  float32x4_t p = vdupq_n_f32(1.0f / 720);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 120), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 24), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 6), p, r);
+  p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+  const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+  const float32x4_t y = vmulq_f32(p, vreinterpretq_f32_s32(e));
+  return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(y), vcgeq_f32(x, vdupq_n_f32(-87.3f))));
+}
+
+float exp_sum(float* s, int n, float m) {
+  float32x4_t acc = vdupq_n_f32(0.0f);
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float32x4_t e = exp_neg(vsubq_f32(vld1q_f32(s + j), vdupq_n_f32(m)));
+    vst1q_f32(s + j, e);
+    acc = vaddq_f32(acc, e);
+  }
+  if (j < n) {
+    float t[4];
+    for (int u = 0; u < 4; ++u) t[u] = j + u < n ? s[j + u] - m : -100.0f;
+    const float32x4_t e = exp_neg(vld1q_f32(t));
+    vst1q_f32(t, e);
+    for (int u = 0; j + u < n; ++u) s[j + u] = t[u];
+    acc = vaddq_f32(acc, e);  // the padding lanes are 0
+  }
+  return vaddvq_f32(acc);
+}
+
 }  // namespace
 
 void register_attn_neon(Backend& be) {
@@ -129,6 +165,7 @@ void register_attn_neon(Backend& be) {
   be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
   be.attn_scores = scores;
   be.attn_accumulate = accumulate;
+  be.attn_exp_sum = exp_sum;
 }
 
 }  // namespace edgelm::kernels

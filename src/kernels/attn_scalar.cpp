@@ -1,6 +1,8 @@
 // Scalar reference of the attention tile kernels (kernels.h, "attention
 // tiles"): the oracle the SIMD versions are tested against.
 
+#include <cmath>
+
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
 #include "kernels/fp16.h"
@@ -52,6 +54,15 @@ void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int
   }
 }
 
+float exp_sum(float* s, int n, float m) {
+  float sum = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - m);
+    sum += s[j];
+  }
+  return sum;
+}
+
 }  // namespace
 
 void register_attn_scalar(Backend& be) {
@@ -60,6 +71,7 @@ void register_attn_scalar(Backend& be) {
   be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
   be.attn_scores = scores;
   be.attn_accumulate = accumulate;
+  be.attn_exp_sum = exp_sum;
 }
 
 }  // namespace edgelm::kernels

@@ -20,6 +20,7 @@ using DotKvFn = float (*)(const float* q, const void* k, int64_t n);
 using AxpyKvFn = void (*)(float a, const void* v, float* y, int64_t n);
 using KvToF32Fn = void (*)(const void* src, size_t src_stride, int rows, float* dst, int64_t n);
 using AttnScoresFn = void (*)(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds);
+using AttnExpSumFn = float (*)(float* s, int n, float m);
 using AttnAccumulateFn = void (*)(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
 
 constexpr int kNumDTypeSlots = 40;  // covers every DType id
@@ -43,6 +44,7 @@ struct Backend {
   KvToF32Fn kv_to_f32[3] = {};       // by kv_slot
   AttnScoresFn attn_scores = nullptr;
   AttnAccumulateFn attn_accumulate = nullptr;
+  AttnExpSumFn attn_exp_sum = nullptr;
 };
 
 // The tables. The SIMD ones exist only when their sources are compiled for

@@ -107,6 +107,7 @@ struct Resolved {
   KvToF32Fn kv_to_f32[kNumIsas][3] = {};
   AttnScoresFn attn_scores[kNumIsas] = {};
   AttnAccumulateFn attn_accumulate[kNumIsas] = {};
+  AttnExpSumFn attn_exp_sum[kNumIsas] = {};
 };
 
 // The first non-null entry along the chain that starts at the best available
@@ -153,6 +154,7 @@ Resolved resolve() {
     r.attn_scores[i] = first_along_chain<AttnScoresFn>(isa, [](const Backend& b) { return b.attn_scores; });
     r.attn_accumulate[i] =
         first_along_chain<AttnAccumulateFn>(isa, [](const Backend& b) { return b.attn_accumulate; });
+    r.attn_exp_sum[i] = first_along_chain<AttnExpSumFn>(isa, [](const Backend& b) { return b.attn_exp_sum; });
   }
   return r;
 }
@@ -304,6 +306,10 @@ void attn_scores(Isa isa, const float* q, int nq, const float* k, int nk, int64_
 
 void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o) {
   if (nq > 0 && nk > 0) table().attn_accumulate[isa_index(isa)](p, ldp, nq, v, nk, d, o);
+}
+
+float attn_exp_sum(Isa isa, float* s, int n, float m) {
+  return n > 0 ? table().attn_exp_sum[isa_index(isa)](s, n, m) : 0.0f;
 }
 
 void store_kv(DType kv_type, const float* src, void* dst, int64_t n) {

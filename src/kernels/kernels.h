@@ -123,5 +123,9 @@ void attn_scores(Isa isa, const float* q, int nq, const float* k, int nk, int64_
 // accumulator rows. As for the scores, an element's rounding depends only
 // on its own row of p.
 void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
+// s[j] = exp(s[j] - m) for j < n, where every s[j] <= m; returns the sum of
+// the new s[j]. The SIMD paths evaluate exp by a polynomial within a few
+// ulp of std::exp (the reference), and flush results below 2^-126 to zero.
+float attn_exp_sum(Isa isa, float* s, int n, float m);
 
 }  // namespace edgelm::kernels

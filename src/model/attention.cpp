@@ -136,13 +136,8 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
             b.l[row] *= f;
             b.m[row] = bm;
           }
-          float sum = 0.0f;
-          for (int j = 0; j < valid; ++j) {
-            sr[j] = std::exp(sr[j] - b.m[row]);
-            sum += sr[j];
-          }
+          b.l[row] += kernels::attn_exp_sum(isa, sr, valid, b.m[row]);
           for (int j = valid; j < nk; ++j) sr[j] = 0.0f;
-          b.l[row] += sum;
         }
       }
       kernels::attn_accumulate(isa, b.s + static_cast<size_t>(ra) * B, B, nr, b.v, nk, hdv,

@@ -146,5 +146,30 @@ TEST(AttnTiles, AccumulateMatchesScalar) {
   }
 }
 
+TEST(AttnTiles, ExpSumMatchesScalar) {
+  std::mt19937 rng(15);
+  std::uniform_real_distribution<float> u(-95.0f, 0.0f);
+  for (int n : {1, 3, 8, 15, 16, 17, 31, 64, 100}) {
+    for (float m : {0.0f, 3.5f, -20.0f}) {
+      std::vector<float> s0(static_cast<size_t>(n));
+      for (auto& x : s0) x = m + (u(rng) > -10.0f ? u(rng) / 10.0f : u(rng));
+      s0[0] = m;  // the row's max: exp(0) = 1
+      auto want = s0;
+      const float want_sum = attn_exp_sum(Isa::Scalar, want.data(), n, m);
+      for (int j = 0; j < n; ++j) ASSERT_NEAR(want[j], std::exp(static_cast<double>(s0[j]) - m), 1e-7 * want[j] + 1e-38);
+      for (Isa isa : supported_isas()) {
+        auto got = s0;
+        const float sum = attn_exp_sum(isa, got.data(), n, m);
+        for (int j = 0; j < n; ++j) {
+          // A few ulp; below 2^-126 the SIMD paths may flush to zero.
+          const double tol = want[j] < 1.2e-38f ? 1.2e-38 : 6e-7 * want[j];
+          ASSERT_NEAR(got[j], want[j], tol) << isa_name(isa) << " n=" << n << " j=" << j << " x=" << s0[j] - m;
+        }
+        ASSERT_NEAR(sum, want_sum, 1e-6 * want_sum) << isa_name(isa) << " n=" << n;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace edgelm::kernels
