@@ -10,7 +10,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <thread>
+#include <tuple>
 
 #include <fstream>
 #include <functional>
@@ -41,6 +43,7 @@ struct BenchFlags {
   int gen = 64;
   std::string streams = "1,2,4,8";
   int reps = 3;
+  int depth = 0;
   bool json = false;
   bool bandwidth = false;
   bool no_pack = false;
@@ -254,6 +257,47 @@ int constrained_decode(Engine& e, const BenchFlags& f, nlohmann::json& out) {
   return 0;
 }
 
+// One request on slot `slot` whose first `reuse` prompt tokens are the
+// slot's cache; returns {seconds to the first token, decode tokens/s}.
+std::pair<double, double> run_on_slot(Engine& e, int slot, std::span<const int32_t> prompt, int reuse, int gen) {
+  GenerateParams gp;
+  gp.sampling.temperature = 0;
+  gp.max_tokens = gen;
+  gp.ignore_eos = true;
+  gp.reuse = std::min(reuse, e.cached_prefix(slot, prompt));
+  const SlotRef s = e.try_acquire(slot);
+  const auto t0 = Clock::now();
+  (void)e.submit(s, prompt, gp);
+  e.wait_for(slot, 0, Clock::now() + std::chrono::minutes(10));
+  const auto t1 = Clock::now();
+  while (e.finish(slot) == Finish::None) e.wait_for(slot, 1 << 30, Clock::now() + std::chrono::seconds(10));
+  const double dec = secs(Clock::now() - t1).count();
+  const int tokens = e.wait_for(slot, 1 << 30, Clock::now()) - 1;
+  e.release(s);
+  return {secs(t1 - t0).count(), tokens / std::max(dec, 1e-9)};
+}
+
+// As llama-bench -d: `depth` tokens are computed once into slot 0's cache;
+// each repetition then times a prompt of `prompt` new tokens after them,
+// and separately `gen` decoded tokens after them (a request of the depth
+// tokens and one new one). Returns {prompt tokens/s, decode tokens/s}.
+std::pair<std::vector<double>, std::vector<double>> runs_at_depth(Engine& e, const BenchFlags& f) {
+  const int n_vocab = e.model().config.n_vocab;
+  const std::vector<int32_t> prefix = random_prompt(f.depth, n_vocab, 7);
+  (void)run_on_slot(e, 0, prefix, 0, 2);
+  std::vector<double> pp, tg;
+  for (int r = 0; r < f.reps; ++r) {
+    std::vector<int32_t> p = prefix;
+    const auto extra = random_prompt(f.prompt, n_vocab, 100 + static_cast<uint64_t>(r));
+    p.insert(p.end(), extra.begin(), extra.end());
+    pp.push_back(f.prompt / run_on_slot(e, 0, p, f.depth, 2).first);
+    p.resize(static_cast<size_t>(f.depth));
+    p.push_back(extra[0]);
+    tg.push_back(run_on_slot(e, 0, p, f.depth, f.gen).second);
+  }
+  return {pp, tg};
+}
+
 int bench(const BenchFlags& f) {
   auto model = Model::load(f.plan.model);
   if (!model.ok()) {
@@ -297,7 +341,7 @@ int bench(const BenchFlags& f) {
   }
   PlanFlags pf = f.plan;
   pf.slots = max_streams;
-  pf.ctx = std::max(pf.ctx, f.prompt + f.gen + 8);
+  pf.ctx = std::max(pf.ctx, f.depth + f.prompt + f.gen + 8);
   pf.batch = std::max(pf.batch, f.prompt);
   auto plan = plan_from_flags(**model, pf);
   if (!plan.ok() || !plan->fits()) {
@@ -319,18 +363,25 @@ int bench(const BenchFlags& f) {
   (void)run_streams(e, 1, 8, 4, 1);  // warm-up: page in the weights
 
   std::vector<double> pp, tg;
-  for (int r = 0; r < f.reps; ++r) {
-    auto [prefill, rate] = run_streams(e, 1, f.prompt, f.gen, 100 + static_cast<uint64_t>(r));
-    pp.push_back(f.prompt / prefill);
-    tg.push_back(rate);
+  if (f.depth > 0) {
+    std::tie(pp, tg) = runs_at_depth(e, f);
+  } else {
+    for (int r = 0; r < f.reps; ++r) {
+      auto [prefill, rate] = run_streams(e, 1, f.prompt, f.gen, 100 + static_cast<uint64_t>(r));
+      pp.push_back(f.prompt / prefill);
+      tg.push_back(rate);
+    }
   }
+  out["depth"] = f.depth;
+  out["attn_math"] = f.plan.attn_math;
   out["prompt_tokens"] = f.prompt;
   out["gen_tokens"] = f.gen;
   out["prompt_tokens_per_s"] = median(pp);
   out["decode_tokens_per_s"] = median(tg);
   if (!f.json)
-    fmt::print("prompt {} tokens: {:.1f} tokens/s | decode {} tokens: {:.1f} tokens/s (median of {})\n", f.prompt,
-               median(pp), f.gen, median(tg), f.reps);
+    fmt::print("{}prompt {} tokens: {:.1f} tokens/s | decode {} tokens: {:.1f} tokens/s (median of {})\n",
+               f.depth > 0 ? fmt::format("depth {}: ", f.depth) : std::string(), f.prompt, median(pp), f.gen,
+               median(tg), f.reps);
   nlohmann::json arr = nlohmann::json::array();
   for (int k : streams) {
     std::vector<double> agg;
@@ -360,6 +411,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", f->prompt, "Prompt tokens")->capture_default_str()->check(CLI::Range(1, 65536));
   cmd->add_option("-n,--gen", f->gen, "Generated tokens per stream")->capture_default_str()->check(CLI::Range(2, 65536));
   cmd->add_option("--streams", f->streams, "Stream counts for aggregate decode, comma separated")->capture_default_str();
+  cmd->add_option("-d,--depth", f->depth,
+                  "Tokens already in the slot's cache before the single-stream prompt and decode are timed (as "
+                  "llama-bench -d)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-r,--reps", f->reps, "Repetitions (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
   cmd->add_flag("--json", f->json, "Print one JSON object");
   cmd->add_flag("--bandwidth", f->bandwidth, "Also probe memory read bandwidth and the decode limit it implies");

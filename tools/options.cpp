@@ -61,8 +61,8 @@ void add_engine_flags(CLI::App* cmd, PlanFlags& f) {
   cmd->add_option("--attn-math", f.attn_math,
                   "Attention rounding: f32, or llamacpp (query in the K cache's type, running output in f16 as "
                   "llama.cpp's CPU flash attention does: reproduces its logits for comparison; slower, and less precise over "
-                  "long contexts)")
-      ->check(CLI::IsMember({"f32", "llamacpp"}))
+                  "long contexts), or rows (f32 one position at a time: the algorithm before the tiled attention, for comparison)")
+      ->check(CLI::IsMember({"f32", "llamacpp", "rows"}))
       ->capture_default_str();
   cmd->add_option("--isa", f.isa,
                   "Kernels' instruction set: auto (the best this CPU has), scalar, avx2, avx512, neon; e.g. avx2 to "

@@ -18,6 +18,10 @@ using GemmFn = void (*)(const GemmArgs& a, int64_t r0, int64_t r1);
 using QuantizeFn = void (*)(const float* x, void* dst, int64_t n);
 using DotKvFn = float (*)(const float* q, const void* k, int64_t n);
 using AxpyKvFn = void (*)(float a, const void* v, float* y, int64_t n);
+using KvToF32Fn = void (*)(const void* src, size_t src_stride, int rows, float* dst, int64_t n);
+using AttnScoresFn = void (*)(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds);
+using AttnExpSumFn = float (*)(float* s, int n, float m);
+using AttnAccumulateFn = void (*)(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
 
 constexpr int kNumDTypeSlots = 40;  // covers every DType id
 
@@ -37,6 +41,10 @@ struct Backend {
   QuantizeFn quantize[3] = {};       // by act_slot
   DotKvFn dot_kv[3] = {};            // by kv_slot
   AxpyKvFn axpy_kv[3] = {};          // by kv_slot
+  KvToF32Fn kv_to_f32[3] = {};       // by kv_slot
+  AttnScoresFn attn_scores = nullptr;
+  AttnAccumulateFn attn_accumulate = nullptr;
+  AttnExpSumFn attn_exp_sum = nullptr;
 };
 
 // The tables. The SIMD ones exist only when their sources are compiled for
@@ -44,6 +52,8 @@ struct Backend {
 const Backend& scalar_backend();
 // The scalar reference for interleaved layouts (pack.cpp).
 void register_interleaved_scalar(Backend& be);
+// Attention tiles (attn_*.cpp), one per ISA.
+void register_attn_scalar(Backend& be);
 #if defined(EDGELM_X86)
 const Backend& avx2_backend();
 const Backend& avx512_backend();
@@ -54,11 +64,14 @@ void register_interleaved_avx2(Backend& be);
 void register_kquants_avx512(Backend& be);
 void register_interleaved_avx512(Backend& be);
 void register_act_avx512(Backend& be);
+void register_attn_avx2(Backend& be);
+void register_attn_avx512(Backend& be);
 #endif
 #if defined(EDGELM_ARM64)
 const Backend& neon_backend();
 void register_kquants_neon(Backend& be);
 void register_act_neon(Backend& be);
+void register_attn_neon(Backend& be);
 #endif
 
 }  // namespace edgelm::kernels

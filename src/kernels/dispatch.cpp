@@ -104,6 +104,10 @@ struct Resolved {
   QuantizeFn quantize[kNumIsas][3] = {};
   DotKvFn dot_kv[kNumIsas][3] = {};
   AxpyKvFn axpy_kv[kNumIsas][3] = {};
+  KvToF32Fn kv_to_f32[kNumIsas][3] = {};
+  AttnScoresFn attn_scores[kNumIsas] = {};
+  AttnAccumulateFn attn_accumulate[kNumIsas] = {};
+  AttnExpSumFn attn_exp_sum[kNumIsas] = {};
 };
 
 // The first non-null entry along the chain that starts at the best available
@@ -144,7 +148,13 @@ Resolved resolve() {
           first_along_chain<DotKvFn>(isa, [k](const Backend& b) { return b.dot_kv[k]; });
       r.axpy_kv[i][k] =
           first_along_chain<AxpyKvFn>(isa, [k](const Backend& b) { return b.axpy_kv[k]; });
+      r.kv_to_f32[i][k] =
+          first_along_chain<KvToF32Fn>(isa, [k](const Backend& b) { return b.kv_to_f32[k]; });
     }
+    r.attn_scores[i] = first_along_chain<AttnScoresFn>(isa, [](const Backend& b) { return b.attn_scores; });
+    r.attn_accumulate[i] =
+        first_along_chain<AttnAccumulateFn>(isa, [](const Backend& b) { return b.attn_accumulate; });
+    r.attn_exp_sum[i] = first_along_chain<AttnExpSumFn>(isa, [](const Backend& b) { return b.attn_exp_sum; });
   }
   return r;
 }
@@ -282,6 +292,24 @@ void axpy_kv(Isa isa, DType kv_type, float a, const void* v, float* y, int64_t n
   const int s = kv_slot(kv_type);
   if (s < 0) std::abort();
   table().axpy_kv[isa_index(isa)][s](a, v, y, n);
+}
+
+void kv_to_f32(Isa isa, DType kv_type, const void* src, size_t src_stride, int rows, float* dst, int64_t n) {
+  const int s = kv_slot(kv_type);
+  if (s < 0) std::abort();
+  if (rows > 0) table().kv_to_f32[isa_index(isa)][s](src, src_stride, rows, dst, n);
+}
+
+void attn_scores(Isa isa, const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
+  if (nq > 0 && nk > 0) table().attn_scores[isa_index(isa)](q, nq, k, nk, d, s, lds);
+}
+
+void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o) {
+  if (nq > 0 && nk > 0) table().attn_accumulate[isa_index(isa)](p, ldp, nq, v, nk, d, o);
+}
+
+float attn_exp_sum(Isa isa, float* s, int n, float m) {
+  return n > 0 ? table().attn_exp_sum[isa_index(isa)](s, n, m) : 0.0f;
 }
 
 void store_kv(DType kv_type, const float* src, void* dst, int64_t n) {

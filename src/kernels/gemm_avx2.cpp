@@ -204,6 +204,7 @@ Backend make_backend() {
   set(DType::Q8_0, run_tiles<LegacyKernel<Q8_0Fmt>>);
   register_kquants_avx2(be);
   register_act_avx2(be);
+  register_attn_avx2(be);
   register_interleaved_avx2(be);
   return be;
 }

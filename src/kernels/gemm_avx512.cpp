@@ -254,6 +254,7 @@ Backend make_backend() {
   set(DType::Q8_0, run_tiles<LegacyKernel<Q8_0Fmt>>);
   register_kquants_avx512(be);
   register_interleaved_avx512(be);
+  register_attn_avx512(be);
   register_act_avx512(be);
   return be;
 }

@@ -193,6 +193,7 @@ Backend make_backend() {
   set(DType::Q8_0, run_tiles<LegacyKernel<Q8_0Fmt>>);
   register_kquants_neon(be);
   register_act_neon(be);
+  register_attn_neon(be);
   return be;
 }
 

@@ -303,6 +303,7 @@ Backend make_scalar_backend() {
   set(DType::Q5_K, gemm_rows<BlockQ5_K, BlockQ8_K, dot_q5_k>);
   set(DType::Q6_K, gemm_rows<BlockQ6_K, BlockQ8_K, dot_q6_k>);
   register_interleaved_scalar(be);
+  register_attn_scalar(be);
   be.quantize[act_slot(DType::Q8_0)] = quant_q8_0;
   be.quantize[act_slot(DType::Q8_1)] = quant_q8_1;
   be.quantize[act_slot(DType::Q8_K)] = quant_q8_k;

@@ -103,4 +103,29 @@ void axpy_kv(Isa isa, DType kv_type, float a, const void* v, float* y, int64_t n
 // Stores an f32 row into the KV cache format.
 void store_kv(DType kv_type, const float* src, void* dst, int64_t n);
 
+// --- attention tiles ---------------------------------------------------------
+// Attention over a block of cached positions for a group of query rows: the
+// rows of a block are converted to f32 once, then every query row that
+// shares the KV head reads them from cache-resident scratch.
+//
+// dst[r * n + c] = element c of the KV cache row at src + r * src_stride
+// bytes, for r < rows, c < n (F32, F16 or Q8_0 rows): a block of one head's
+// keys or values, packed. Exact on every ISA (the values dequantize_row
+// gives).
+void kv_to_f32(Isa isa, DType kv_type, const void* src, size_t src_stride, int rows, float* dst, int64_t n);
+// s[i * lds + j] = dot(q + i * d, k + j * d) for i < nq, j < nk: the scores
+// of nq query rows against nk key rows, all d floats, packed. A score's
+// rounding depends only on its two rows, never on nq, nk or i, j (a query
+// row gets the same scores whatever tile it is computed in).
+void attn_scores(Isa isa, const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds);
+// o[i * d + c] += sum over j < nk (in increasing j) of p[i * ldp + j] * v[j * d + c],
+// for i < nq, c < d: the probability-weighted values added to nq
+// accumulator rows. As for the scores, an element's rounding depends only
+// on its own row of p.
+void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
+// s[j] = exp(s[j] - m) for j < n, where every s[j] <= m; returns the sum of
+// the new s[j]. The SIMD paths evaluate exp by a polynomial within a few
+// ulp of std::exp (the reference), and flush results below 2^-126 to zero.
+float attn_exp_sum(Isa isa, float* s, int n, float m);
+
 }  // namespace edgelm::kernels

@@ -36,12 +36,22 @@ int row_chunks(int64_t rows, int64_t work, int threads) {
 
 }  // namespace
 
-std::string_view attn_math_name(AttnMath m) { return m == AttnMath::LlamaCpp ? "llamacpp" : "f32"; }
+std::string_view attn_math_name(AttnMath m) {
+  switch (m) {
+    case AttnMath::LlamaCpp:
+      return "llamacpp";
+    case AttnMath::Rows:
+      return "rows";
+    default:
+      return "f32";
+  }
+}
 
 Result<AttnMath> parse_attn_math(std::string_view name) {
   if (name == "f32") return AttnMath::F32;
   if (name == "llamacpp") return AttnMath::LlamaCpp;
-  return make_error("unknown attention math '{}' (f32, llamacpp)", name);
+  if (name == "rows") return AttnMath::Rows;
+  return make_error("unknown attention math '{}' (f32, llamacpp, rows)", name);
 }
 
 Forward::Forward(const ModelConfig& c, const ModelWeights& w, const ScratchLayout& layout, uint8_t* scratch,
@@ -127,6 +137,16 @@ void Forward::rope(float* x, int T, int n_heads, std::span<const BatchToken>) {
 }
 
 void Forward::attention(int layer, std::span<const BatchToken> batch) {
+  if (attn_math_ == AttnMath::F32) {
+    AttnScratch sc;
+    sc.threads = buf<float>(layout_.thread);
+    sc.per_thread = layout_.per_thread / sizeof(float);
+    sc.splits = buf<float>(layout_.attn_splits);
+    sc.runs = buf<int32_t>(layout_.attn_runs);
+    attend_tiles(attn_shape(c_), kv_, layer, batch, buf<float>(layout_.q), buf<float>(layout_.att), sc, pool_, isa_);
+    return;
+  }
+  // AttnMath::Rows and LlamaCpp: per (token, query head), per position.
   const int T = static_cast<int>(batch.size());
   const int hd = c_.head_dim, hdv = c_.head_dim_v;
   const int group = c_.n_heads / c_.n_kv_heads;

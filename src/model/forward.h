@@ -11,41 +11,20 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
+#include "model/attention.h"
 #include "model/config.h"
 #include "model/scratch.h"
 #include "model/weights.h"
 
 namespace edgelm {
 
-// Where each slot's keys and values live. Rows of one (slot, layer) are
-// contiguous over positions: K row of (slot, layer, pos) is at
-// base + ((slot * n_layers + layer) * ctx + pos) * (k_row + v_row), V follows K.
-struct KvView {
-  uint8_t* base = nullptr;
-  DType type = DType::F16;
-  int n_slots = 0;
-  int n_layers = 0;
-  int ctx = 0;       // positions per slot
-  size_t k_row = 0;  // bytes of one K row (k_dim elements)
-  size_t v_row = 0;  // bytes of one V row (v_dim elements)
-
-  size_t row_pair() const { return k_row + v_row; }
-  uint8_t* k(int slot, int layer, int pos) const {
-    return base + ((static_cast<size_t>(slot) * n_layers + layer) * ctx + pos) * row_pair();
-  }
-  uint8_t* v(int slot, int layer, int pos) const { return k(slot, layer, pos) + k_row; }
-  size_t bytes() const { return static_cast<size_t>(n_slots) * n_layers * ctx * row_pair(); }
-};
-
-struct BatchToken {
-  int32_t token;  // vocabulary id, in [0, n_vocab)
-  int32_t pos;    // position in its slot, in [0, ctx)
-  int32_t slot;   // in [0, n_slots)
-  bool logits;    // produce a row of logits for this token
-};
-
 // How attention rounds its arithmetic.
-//  F32: the query, the scores and the running output stay in f32 (default).
+//  F32: the query, the scores and the running output stay in f32 (default);
+//    computed in tiles (attention.h): each KV head's rows are read once per
+//    step for all the query heads and tokens of a slot that use them.
+//  Rows: the same f32 arithmetic one (token, query head) and one position
+//    at a time, the algorithm before the tiles: a reference for tests and
+//    benchmarks.
 //  LlamaCpp: as llama.cpp's CPU flash attention: the query is converted to
 //    the K cache's element type, positions are taken one at a time, and with
 //    an f16 V cache the running output is rounded to f16 after every
@@ -54,7 +33,7 @@ struct BatchToken {
 //    does but the sums are taken in float, so agreement is close, not exact.
 //    The cost: precision over long contexts (the f16 sum stops absorbing
 //    small terms) and speed (the f16 update is a scalar loop).
-enum class AttnMath : uint8_t { F32, LlamaCpp };
+enum class AttnMath : uint8_t { F32, LlamaCpp, Rows };
 std::string_view attn_math_name(AttnMath m);
 Result<AttnMath> parse_attn_math(std::string_view name);
 

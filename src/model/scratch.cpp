@@ -43,13 +43,18 @@ ScratchLayout plan_scratch(const ModelConfig& c, const ModelWeights& w, const Sc
   L.logits = add("logits", R * static_cast<size_t>(c.n_vocab) * f);
   L.last = add("logit_rows", R * c.n_embd * f);
   L.rope = add("rope_table", T * static_cast<size_t>(c.rope_dim) * f);
-  // Online-softmax attention keeps one query head's accumulator (head_dim_v)
-  // and a block of scores per worker (or, with AttnMath::LlamaCpp, the
-  // query converted to the K cache's type: at most 2 x head_dim floats); it
-  // does not grow with the context.
+  // Per worker, the larger of: the tiled attention's query rows, K/V block,
+  // scores and accumulators (attention.h); the per-position attention's one
+  // query head accumulator (head_dim_v) and a block of scores (or, with
+  // AttnMath::LlamaCpp, the query converted to the K cache's type: at most
+  // 2 x head_dim floats). Neither grows with the context.
   const size_t work = std::max<size_t>(kAttnBlock, 2 * static_cast<size_t>(c.head_dim));
-  L.per_thread = ((static_cast<size_t>(c.head_dim_v) + work) * f + 63) / 64 * 64;
-  L.thread = add("attention_workers", static_cast<size_t>(std::max(1, s.n_threads)) * L.per_thread);
+  const size_t rows_path = (static_cast<size_t>(c.head_dim_v) + work) * f;
+  const size_t tiles = attn_tile_thread_floats(attn_shape(c)) * f;
+  L.per_thread = (std::max(rows_path, tiles) + 63) / 64 * 64;
+  L.thread = add("attention_workers", static_cast<size_t>(L.n_threads) * L.per_thread);
+  L.attn_splits = add("attention_splits", attn_split_floats(attn_shape(c), L.n_threads) * f);
+  L.attn_runs = add("attention_runs", T * 2 * sizeof(int32_t));
   return L;
 }
 

@@ -7,13 +7,19 @@
 #include <string_view>
 #include <vector>
 
+#include "model/attention.h"
 #include "model/config.h"
 #include "model/weights.h"
 
 namespace edgelm {
 
-// Positions scored at a time by the online-softmax attention.
+// Positions scored at a time by the per-position attention (AttnMath::Rows
+// and LlamaCpp; the tiles use kAttnTilePositions).
 constexpr int kAttnBlock = 256;
+
+inline AttnShape attn_shape(const ModelConfig& c) {
+  return AttnShape{c.n_heads, c.n_kv_heads, c.head_dim, c.head_dim_v};
+}
 
 struct ScratchSpec {
   int max_tokens = 1;  // tokens in one forward step (decode tokens + prefill chunk)
@@ -47,8 +53,10 @@ struct ScratchLayout {
   size_t logits = 0;  // (max_logits, n_vocab) f32
   size_t last = 0;    // (max_logits, n_embd) f32 normed rows that produce logits
   size_t rope = 0;    // (T, rope_dim) f32: cos and sin per rotated pair
-  size_t thread = 0;  // (n_threads, per_thread) attention accumulators
+  size_t thread = 0;  // (n_threads, per_thread) attention accumulators and tiles
   size_t per_thread = 0;
+  size_t attn_splits = 0;  // attn_split_floats(n_threads) f32: partial results of split attention
+  size_t attn_runs = 0;    // (T, 2) int32: the batch's runs of one slot's tokens
   size_t act_row = 0;  // bytes of one activation row of `act`
 };
 

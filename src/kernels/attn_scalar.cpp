@@ -1,0 +1,77 @@
+// Scalar reference of the attention tile kernels (kernels.h, "attention
+// tiles"): the oracle the SIMD versions are tested against.
+
+#include <cmath>
+
+#include "kernels/backend.h"
+#include "kernels/blocks.h"
+#include "kernels/fp16.h"
+
+namespace edgelm::kernels {
+namespace {
+
+inline void kv_f32(const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const float*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
+}
+
+inline void kv_f16(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp::half_to_float(h[i]);
+}
+
+inline void kv_q8_0(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t k = 0; k < n / kQK; ++k) {
+    const float d = fp::half_to_float(b[k].d);
+    for (int j = 0; j < kQK; ++j) dst[k * kQK + j] = static_cast<float>(b[k].qs[j]) * d;
+  }
+}
+
+// Rows at a byte stride, each converted by Row (inlined: no call per row).
+template <void (*Row)(const void*, float*, int64_t)>
+void kv_rows(const void* src, size_t src_stride, int rows, float* dst, int64_t n) {
+  for (int r = 0; r < rows; ++r) Row(static_cast<const uint8_t*>(src) + r * src_stride, dst + r * n, n);
+}
+
+void scores(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
+  for (int i = 0; i < nq; ++i) {
+    for (int j = 0; j < nk; ++j) {
+      float sum = 0.0f;
+      for (int64_t c = 0; c < d; ++c) sum += q[i * d + c] * k[j * d + c];
+      s[i * lds + j] = sum;
+    }
+  }
+}
+
+void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o) {
+  for (int i = 0; i < nq; ++i) {
+    float* oi = o + i * d;
+    for (int j = 0; j < nk; ++j) {
+      const float w = p[i * ldp + j];
+      for (int64_t c = 0; c < d; ++c) oi[c] += w * v[j * d + c];
+    }
+  }
+}
+
+float exp_sum(float* s, int n, float m) {
+  float sum = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - m);
+    sum += s[j];
+  }
+  return sum;
+}
+
+}  // namespace
+
+void register_attn_scalar(Backend& be) {
+  be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_f32>;
+  be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<kv_f16>;
+  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
+  be.attn_scores = scores;
+  be.attn_accumulate = accumulate;
+  be.attn_exp_sum = exp_sum;
+}
+
+}  // namespace edgelm::kernels

@@ -1,0 +1,175 @@
+// Attention tile kernels on every ISA against the scalar reference: KV row
+// conversion (exact), score tiles and P x V accumulation (to float
+// rounding), and the promise that a row's results do not depend on the
+// shape of the tile it is computed in.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernel_test_util.h"
+
+namespace edgelm::kernels {
+namespace {
+
+TEST(AttnTiles, KvToF32IsExactOnEveryIsa) {
+  std::mt19937 rng(11);
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0}) {
+    for (int64_t n : {32, 64, 96, 128, 256}) {
+      auto x = test::random_floats(n, rng);
+      std::vector<uint8_t> row(row_bytes(t, n));
+      store_kv(t, x.data(), row.data(), n);
+      const auto want = test::dequantize(t, row.data(), n);
+      for (Isa isa : supported_isas()) {
+        std::vector<float> got(static_cast<size_t>(n), -1.0f);
+        kv_to_f32(isa, t, row.data(), row.size(), 1, got.data(), n);
+        EXPECT_EQ(got, want) << dtype_name(t) << " " << isa_name(isa) << " n=" << n;
+      }
+    }
+  }
+  // Float rows of any length.
+  for (int64_t n : {1, 7, 15, 17, 40}) {
+    auto x = test::random_floats(n, rng);
+    std::vector<uint8_t> row(row_bytes(DType::F16, n));
+    store_kv(DType::F16, x.data(), row.data(), n);
+    const auto want = test::dequantize(DType::F16, row.data(), n);
+    for (Isa isa : supported_isas()) {
+      std::vector<float> got(static_cast<size_t>(n));
+      kv_to_f32(isa, DType::F16, row.data(), row.size(), 1, got.data(), n);
+      EXPECT_EQ(got, want) << isa_name(isa) << " n=" << n;
+    }
+  }
+}
+
+// Several rows at a stride (a head's rows inside whole cache rows).
+TEST(AttnTiles, KvToF32StridedRows) {
+  std::mt19937 rng(14);
+  const int rows = 5, heads = 3;
+  const int64_t n = 64;
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0}) {
+    const size_t head = row_bytes(t, n), stride = head * heads + 6;
+    std::vector<uint8_t> cache(stride * rows);
+    std::vector<float> want;
+    for (int r = 0; r < rows; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        auto x = test::random_floats(n, rng);
+        store_kv(t, x.data(), cache.data() + r * stride + h * head, n);
+      }
+      const auto d = test::dequantize(t, cache.data() + r * stride + 1 * head, n);
+      want.insert(want.end(), d.begin(), d.end());
+    }
+    for (Isa isa : supported_isas()) {
+      std::vector<float> got(want.size());
+      kv_to_f32(isa, t, cache.data() + head, stride, rows, got.data(), n);
+      EXPECT_EQ(got, want) << dtype_name(t) << " " << isa_name(isa);
+    }
+  }
+}
+
+struct TileShape {
+  int nq, nk;
+  int64_t d;
+};
+const TileShape kShapes[] = {{1, 1, 8},   {6, 64, 128}, {7, 33, 64}, {4, 2, 128}, {13, 64, 80},
+                             {2, 5, 17},  {48, 64, 128}, {3, 7, 96}, {5, 3, 1},   {9, 31, 40}};
+
+TEST(AttnTiles, ScoresMatchScalar) {
+  std::mt19937 rng(12);
+  for (const TileShape& sh : kShapes) {
+    auto q = test::random_floats(sh.nq * sh.d, rng);
+    auto k = test::random_floats(sh.nk * sh.d, rng);
+    const int64_t lds = sh.nk + 3;
+    std::vector<float> want(static_cast<size_t>(sh.nq * lds), 0.0f);
+    attn_scores(Isa::Scalar, q.data(), sh.nq, k.data(), sh.nk, sh.d, want.data(), lds);
+    for (int i = 0; i < sh.nq; ++i) {
+      for (int j = 0; j < sh.nk; ++j) {
+        double exact = 0;
+        for (int64_t c = 0; c < sh.d; ++c) exact += static_cast<double>(q[i * sh.d + c]) * k[j * sh.d + c];
+        ASSERT_NEAR(want[i * lds + j], exact, 1e-5 * (1 + std::sqrt(static_cast<double>(sh.d))));
+      }
+    }
+    for (Isa isa : supported_isas()) {
+      std::vector<float> got(want.size(), 0.0f);
+      attn_scores(isa, q.data(), sh.nq, k.data(), sh.nk, sh.d, got.data(), lds);
+      for (int i = 0; i < sh.nq; ++i)
+        for (int j = 0; j < sh.nk; ++j)
+          ASSERT_NEAR(got[i * lds + j], want[i * lds + j], 2e-5 * (1 + std::sqrt(static_cast<double>(sh.d))))
+              << isa_name(isa) << " nq=" << sh.nq << " nk=" << sh.nk << " d=" << sh.d;
+      // Row by row and key by key: the same bits as the whole tile.
+      for (int i = 0; i < sh.nq; ++i) {
+        for (int j = 0; j < sh.nk; ++j) {
+          float one = 0;
+          attn_scores(isa, q.data() + i * sh.d, 1, k.data() + j * sh.d, 1, sh.d, &one, 1);
+          ASSERT_EQ(one, got[i * lds + j]) << isa_name(isa) << " i=" << i << " j=" << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(AttnTiles, AccumulateMatchesScalar) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (const TileShape& sh : kShapes) {
+    const int64_t ldp = sh.nk + 1;
+    std::vector<float> p(static_cast<size_t>(sh.nq * ldp));
+    for (auto& x : p) x = u(rng);
+    auto v = test::random_floats(sh.nk * sh.d, rng);
+    auto o0 = test::random_floats(sh.nq * sh.d, rng);
+    auto want = o0;
+    attn_accumulate(Isa::Scalar, p.data(), ldp, sh.nq, v.data(), sh.nk, sh.d, want.data());
+    for (int i = 0; i < sh.nq; ++i) {
+      for (int64_t c = 0; c < sh.d; ++c) {
+        double exact = o0[i * sh.d + c], mag = std::fabs(exact);
+        for (int j = 0; j < sh.nk; ++j) {
+          exact += static_cast<double>(p[i * ldp + j]) * v[j * sh.d + c];
+          mag += std::fabs(static_cast<double>(p[i * ldp + j]) * v[j * sh.d + c]);
+        }
+        ASSERT_NEAR(want[i * sh.d + c], exact, 1e-6 * mag * sh.nk + 1e-30);
+      }
+    }
+    for (Isa isa : supported_isas()) {
+      auto got = o0;
+      attn_accumulate(isa, p.data(), ldp, sh.nq, v.data(), sh.nk, sh.d, got.data());
+      for (size_t e = 0; e < got.size(); ++e)
+        ASSERT_NEAR(got[e], want[e], 2e-6 * (sh.nk + 1) * (1 + std::fabs(want[e])))
+            << isa_name(isa) << " nq=" << sh.nq << " nk=" << sh.nk << " d=" << sh.d << " e=" << e;
+      // One row at a time gives the same bits.
+      for (int i = 0; i < sh.nq; ++i) {
+        std::vector<float> one(o0.begin() + i * sh.d, o0.begin() + (i + 1) * sh.d);
+        attn_accumulate(isa, p.data() + i * ldp, ldp, 1, v.data(), sh.nk, sh.d, one.data());
+        for (int64_t c = 0; c < sh.d; ++c) ASSERT_EQ(one[c], got[i * sh.d + c]) << isa_name(isa) << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(AttnTiles, ExpSumMatchesScalar) {
+  std::mt19937 rng(15);
+  std::uniform_real_distribution<float> u(-95.0f, 0.0f);
+  for (int n : {1, 3, 8, 15, 16, 17, 31, 64, 100}) {
+    for (float m : {0.0f, 3.5f, -20.0f}) {
+      std::vector<float> s0(static_cast<size_t>(n));
+      for (auto& x : s0) x = m + (u(rng) > -10.0f ? u(rng) / 10.0f : u(rng));
+      s0[0] = m;  // the row's max: exp(0) = 1
+      auto want = s0;
+      const float want_sum = attn_exp_sum(Isa::Scalar, want.data(), n, m);
+      for (int j = 0; j < n; ++j) ASSERT_NEAR(want[j], std::exp(static_cast<double>(s0[j]) - m), 1e-7 * want[j] + 1e-38);
+      for (Isa isa : supported_isas()) {
+        auto got = s0;
+        const float sum = attn_exp_sum(isa, got.data(), n, m);
+        for (int j = 0; j < n; ++j) {
+          // A few ulp; below 2^-126 the SIMD paths may flush to zero.
+          const double tol = want[j] < 1.2e-38f ? 1.2e-38 : 6e-7 * want[j];
+          ASSERT_NEAR(got[j], want[j], tol) << isa_name(isa) << " n=" << n << " j=" << j << " x=" << s0[j] - m;
+        }
+        ASSERT_NEAR(sum, want_sum, 1e-6 * want_sum) << isa_name(isa) << " n=" << n;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace edgelm::kernels
