@@ -12,6 +12,8 @@
 #      shows the status, and its chat box streams an answer (#say=...).
 #
 #   tests/e2e/status_page_test.sh [path/to/edgelm] [build dir]  (CTest: e2e.status_page)
+#   STATUS_SEED_MODEL=FILE ...: also a screenshot under the seed's load
+#   (build/status-page/status-seed.png, the picture in docs/status-page.png)
 #
 # Without chromium (scripts/install-deps.sh installs it) the test exits 77,
 # which CTest reports as skipped. Every process it starts is stopped on exit.
@@ -178,6 +180,34 @@ fi
 screenshot "$URL/" "$OUT/status.png"
 if [[ $LOAD -gt 0 ]]; then kill "${LOADERS[@]}" 2>/dev/null || true; fi
 say "screenshot: $OUT/status.png"
+
+# STATUS_SEED_MODEL=FILE: also a picture of the seed's load (docs/status-page.png):
+# FILE (the Qwen2-1.5B-shaped Q4_0 of bench/overload.sh) served on 4 slots x
+# 2048 with a 3 GiB budget, 8 clients at 10 requests/s (edgelm load, open
+# loop), the screenshot taken after STATUS_LOAD_SECONDS (default 40) of it.
+if [[ -n "${STATUS_SEED_MODEL:-}" ]]; then
+  SEED_LOG="$WORK/server-seed.log"
+  : >"$SEED_LOG"
+  "$EDGELM" serve -m "$STATUS_SEED_MODEL" --slots 4 --ctx 2048 --memory-budget 3GiB --host 127.0.0.1 --port 0 \
+    >"$SEED_LOG" 2>&1 &
+  PIDS+=($!)
+  SPORT=""
+  for _ in $(seq 1200); do
+    SPORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$SEED_LOG" | head -1)
+    [[ -n "$SPORT" ]] && break
+    sleep 0.05
+  done
+  [[ -n "$SPORT" ]] || fail "the seed model's server did not start (log: $SEED_LOG)"
+  SLOAD=${STATUS_LOAD_SECONDS:-40}
+  [[ $SLOAD -gt 0 ]] || SLOAD=40
+  "$EDGELM" load --url "http://127.0.0.1:$SPORT" --chat --stream --clients 8 --rate 10 \
+    --duration $((SLOAD + 30)) --prompt-tokens 128 --max-tokens 64 -q >"$WORK/seed-load.log" 2>&1 &
+  PIDS+=($!)
+  say "the seed's load on $STATUS_SEED_MODEL for $SLOAD s before the screenshot"
+  sleep "$SLOAD"
+  screenshot "http://127.0.0.1:$SPORT/" "$OUT/status-seed.png"
+  say "screenshot: $OUT/status-seed.png"
+fi
 
 # ---- 2. with an API key ----------------------------------------------------
 # Full speed: the chat box's answer (below) streams to its end before the
