@@ -40,12 +40,6 @@ inline void kv_q8_0(const void* src, float* dst, int64_t n) {
   }
 }
 
-// Rows at a byte stride, each converted by Row (inlined: no call per row).
-template <void (*Row)(const void*, float*, int64_t)>
-void kv_rows(const void* src, size_t src_stride, int rows, float* dst, int64_t n) {
-  for (int r = 0; r < rows; ++r) Row(static_cast<const uint8_t*>(src) + r * src_stride, dst + r * n, n);
-}
-
 template <int NR, int NK>
 inline void score_tile(const float* q, const float* k, int64_t d, float* s, int64_t lds) {
   float32x4_t acc[NR][NK];

@@ -30,6 +30,14 @@ constexpr int kNumDTypeSlots = 40;  // covers every DType id
 constexpr int kv_slot(DType t) {
   return t == DType::F32 ? 0 : t == DType::F16 ? 1 : t == DType::Q8_0 ? 2 : -1;
 }
+
+// A KvToF32Fn from a one-row converter: rows at a byte stride, each
+// converted by Row (a template argument, inlined: no call per row). Every
+// ISA's file instantiates it with its own row converters.
+template <void (*Row)(const void*, float*, int64_t)>
+void kv_rows(const void* src, size_t src_stride, int rows, float* dst, int64_t n) {
+  for (int r = 0; r < rows; ++r) Row(static_cast<const uint8_t*>(src) + r * src_stride, dst + r * n, n);
+}
 // Index of an activation format in the quantize table: Q8_0 0, Q8_1 1, Q8_K 2.
 constexpr int act_slot(DType t) {
   return t == DType::Q8_0 ? 0 : t == DType::Q8_1 ? 1 : t == DType::Q8_K ? 2 : -1;
