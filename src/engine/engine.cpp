@@ -27,6 +27,13 @@ std::string_view finish_name(Finish f) {
 
 namespace {
 constexpr size_t kLpPerToken = 1 + kMaxTopLogprobs;
+
+// How many of the first `n` tokens of `a` and `b` agree (n within both).
+int common_prefix(const int32_t* a, const int32_t* b, int n) {
+  int i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tokenizer::Tokenizer tok,
@@ -305,9 +312,7 @@ int Engine::cached_prefix(int slot, std::span<const int32_t> prompt) const {
   const auto st = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
   if (st != SlotState::Free && st != SlotState::Reserved) return 0;
   const int n = std::min(s.cached.load(std::memory_order_relaxed), static_cast<int>(prompt.size()));
-  int i = 0;
-  while (i < n && s.tokens[i] == prompt[static_cast<size_t>(i)]) ++i;
-  return i;
+  return common_prefix(s.tokens, prompt.data(), n);
 }
 
 int Engine::cached_tokens(int slot) const { return slots_[static_cast<size_t>(slot)].cached.load(std::memory_order_relaxed); }
@@ -381,10 +386,7 @@ Status Engine::pin_prefix(std::span<const int32_t> tokens) {
 }
 
 int Engine::pinned_prefix(std::span<const int32_t> prompt) const {
-  const size_t n = std::min(pinned_.size(), prompt.size());
-  size_t i = 0;
-  while (i < n && pinned_[i] == prompt[i]) ++i;
-  return static_cast<int>(i);
+  return common_prefix(pinned_.data(), prompt.data(), static_cast<int>(std::min(pinned_.size(), prompt.size())));
 }
 
 int Engine::prefix_in_slot(int slot, std::span<const int32_t> prompt) const {
@@ -397,9 +399,7 @@ int Engine::prefix_in_slot(int slot, std::span<const int32_t> prompt) const {
   // and stay until the slot is acquired again (under admission's lock).
   const int n = std::min({s.n_prompt_pub.load(std::memory_order_relaxed), s.n_past.load(std::memory_order_relaxed),
                           static_cast<int>(prompt.size())});
-  int i = 0;
-  while (i < n && s.tokens[i] == prompt[static_cast<size_t>(i)]) ++i;
-  return i;
+  return common_prefix(s.tokens, prompt.data(), n);
 }
 
 bool Engine::lending(int slot) const { return slots_[static_cast<size_t>(slot)].readers.load() > 0; }
@@ -438,8 +438,7 @@ double Engine::start_request(int slot) {
     const auto st = static_cast<SlotState>(o.state.load(std::memory_order_acquire));
     const int valid = st == SlotState::Free ? o.cached.load(std::memory_order_relaxed)
                                             : (st == SlotState::Reserved ? 0 : o.n_past.load(std::memory_order_relaxed));
-    const int n = std::min(valid, limit);
-    while (match < n && o.tokens[match] == s.tokens[match]) ++match;
+    match = common_prefix(o.tokens, s.tokens, std::min(valid, limit));
   }
   if (match > have) {
     copy_rows(slot, src, have, match);
