@@ -131,6 +131,12 @@ int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const Engi
   return budget;
 }
 
+double stream_bank(const StepModel& m, double allowance, int n_decode, int n_out, int max_tokens, double elapsed) {
+  const int done = n_out - 1;  // tokens after the first, each owed `allowance`
+  const int horizon = std::max(std::min(max_tokens - 1, done + kDecodeHorizon), done);
+  return allowance * horizon - elapsed - (horizon - done) * m.predict(n_decode);
+}
+
 void EngineOptions::pad_step(Clock::time_point t0, int tokens) const {
   const double s = min_step_seconds + min_token_seconds * tokens;
   if (s > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
@@ -481,7 +487,31 @@ int Engine::prefill_remaining(int slot) const {
   const Slot& s = slots_[static_cast<size_t>(slot)];
   const auto st = static_cast<SlotState>(s.state.load());
   if (st != SlotState::Queued && st != SlotState::Prefill) return 0;
-  return std::max(0, s.n_prompt_pub.load(std::memory_order_relaxed) - s.n_past.load(std::memory_order_relaxed));
+  const int past = s.n_past.load();
+  return std::max(0, s.n_prompt_pub.load(std::memory_order_relaxed) - past - s.in_step.load());
+}
+
+int Engine::in_step(int slot) const { return slots_[static_cast<size_t>(slot)].in_step.load(); }
+
+double Engine::step_left() const {
+  const auto end = step_end_.load(std::memory_order_relaxed);
+  if (end == 0) return 0;
+  const Clock::time_point t{Clock::duration{end}};
+  return std::max(std::chrono::duration<double>(t - Clock::now()).count(), 0.0);
+}
+
+Engine::Progress Engine::progress(int slot) const {
+  const Slot& s = slots_[static_cast<size_t>(slot)];
+  Progress p;
+  // n_out is published (release) after t_first_pub: a count of at least one
+  // comes with its time.
+  p.n_out = static_cast<int>(s.n_out.load(std::memory_order_acquire));
+  p.max_tokens = s.max_tokens_pub.load(std::memory_order_relaxed);
+  if (p.n_out > 0) {
+    const Clock::time_point t{Clock::duration{s.t_first_pub.load(std::memory_order_relaxed)}};
+    p.elapsed = std::max(std::chrono::duration<double>(Clock::now() - t).count(), 0.0);
+  }
+  return p;
 }
 
 bool Engine::preempt_pending(int slot) const {
@@ -608,10 +638,8 @@ bool Engine::step_once() {
     for (int i : batch_slot_) {
       const Slot& s = slots_[static_cast<size_t>(i)];
       if (s.params.priority > urgency) continue;
-      const int n = static_cast<int>(s.n_out.load());  // tokens so far, >= 1
-      const int horizon = std::min(s.max_tokens - 1, n - 1 + kDecodeHorizon);
       const double elapsed = std::chrono::duration<double>(now - s.t_first).count();
-      slack = std::min(slack, allowance * horizon - elapsed - (horizon - (n - 1)) * m.predict(n_decode));
+      slack = std::min(slack, stream_bank(m, allowance, n_decode, static_cast<int>(s.n_out.load()), s.max_tokens, elapsed));
     }
   }
   slack_.store(n_decode > 0 ? slack : std::numeric_limits<double>::infinity(), std::memory_order_relaxed);
@@ -623,6 +651,7 @@ bool Engine::step_once() {
     Slot& s = slots_[static_cast<size_t>(i)];
     const int n_past = s.n_past.load(std::memory_order_relaxed);
     const int take = std::min(budget, s.n_prompt - n_past);
+    s.in_step.store(take);
     for (int k = 0; k < take; ++k) {
       const int pos = n_past + k;
       const bool last = pos == s.n_prompt - 1;
@@ -631,11 +660,23 @@ bool Engine::step_once() {
     }
     budget -= take;
     n_prefill += take;
+    // A step in which a prompt ends takes nothing of the prompts behind it:
+    // their tokens would delay this one's first token (each costs more than
+    // the step's fixed cost it would save them, beyond a few tokens), and
+    // the gate promised it a time without them.
+    if (n_past + take == s.n_prompt) break;
   }
   if (batch_.empty()) return false;
 
   const auto t0 = Clock::now();
+  step_end_.store((t0 + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(m.predict(static_cast<int>(batch_.size())))))
+                      .time_since_epoch()
+                      .count(),
+                  std::memory_order_relaxed);
   auto logits = forward_->step(batch_);
+  step_end_.store(0, std::memory_order_relaxed);
+  for (int i : prefill_order_) slots_[static_cast<size_t>(i)].in_step.store(0);
   if (!logits.ok()) {
     spdlog::error("forward step failed: {}", logits.message());
     // Every slot with a token in the failed step: a retry would fail again.
@@ -676,12 +717,16 @@ bool Engine::step_once() {
       const std::span<TokenLogprob> top(lp + 1, static_cast<size_t>(s.params.top_logprobs));
       lp[0] = {tok, sampler_->logprobs(row, tok, top)};
     }
-    if (n_out == 0) s.t_first = Clock::now();
+    if (n_out == 0) {
+      s.t_first = Clock::now();
+      s.t_first_pub.store(s.t_first.time_since_epoch().count(), std::memory_order_relaxed);
+    }
     {
       std::lock_guard<std::mutex> lk(s.mu);
-      s.n_out.store(static_cast<uint32_t>(n_out + 1), std::memory_order_release);
+      // Decode before the count: whoever sees the first token sees the state too.
       if (s.state.load() == static_cast<uint32_t>(SlotState::Prefill))
         s.state.store(static_cast<uint32_t>(SlotState::Decode));
+      s.n_out.store(static_cast<uint32_t>(n_out + 1), std::memory_order_release);
     }
     s.cv.notify_all();
     if (constraint != nullptr && constraint->done()) finish_slot(s, Finish::Stop);
@@ -690,6 +735,8 @@ bool Engine::step_once() {
   // Copying rows is part of what this step cost.
   const double sec = std::chrono::duration<double>(Clock::now() - t0).count() + copy_seconds;
   record_step(static_cast<int>(batch_.size()), n_decode + (static_cast<int>(batch_slot_.size()) - n_decode), n_prefill, sec);
+  spdlog::debug("step decode={} prefill={} slack_ms={:.1f} predicted_ms={:.1f} took_ms={:.1f}", n_decode, n_prefill,
+                1e3 * std::min(slack, 1e6), 1e3 * m.predict(static_cast<int>(batch_.size())), 1e3 * sec);
   return true;
 }
 

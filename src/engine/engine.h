@@ -134,6 +134,17 @@ int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const Engi
 // is lent to prefill.
 inline constexpr int kDecodeHorizon = 32;
 
+// The time a decoding stream has banked against its promised average
+// (`allowance` a token): the allowance of its tokens up to its horizon
+// (kDecodeHorizon ahead, or its last token), less the `elapsed` seconds
+// since its first token and what its plain steps of `n_decode` streams to
+// the horizon will take. `n_out` >= 1 tokens made so far, of `max_tokens`.
+// The engine lends the least of these to prefill; admission simulates the
+// same figure step by step to predict time to first token, so the two
+// cannot disagree. Near its end a stream banks nothing more: its horizon
+// stops at its last token.
+double stream_bank(const StepModel& m, double allowance, int n_decode, int n_out, int max_tokens, double elapsed);
+
 struct EngineStats {
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;     // prefilled
@@ -233,9 +244,22 @@ class Engine {
   // The least time any decoding stream has banked against its promised
   // average, as of the last step (infinity when none decodes).
   double decode_slack() const { return slack_.load(std::memory_order_relaxed); }
-  // Prompt tokens a submitted slot still has to prefill (0 once decoding,
-  // and for free or reserved slots).
+  // Prompt tokens a submitted slot will still have to prefill after the
+  // step running now (0 once decoding, and for free or reserved slots).
   int prefill_remaining(int slot) const;
+  // Prompt tokens of the slot in the step running now (0: none, or no step).
+  int in_step(int slot) const;
+  // Seconds until the step running now is predicted to end (0 when none runs).
+  double step_left() const;
+  // A decoding slot's progress, for admission's step-by-step prediction:
+  // output tokens so far (0 before the first), its max_tokens, and seconds
+  // since its first token.
+  struct Progress {
+    int n_out = 0;
+    int max_tokens = 0;
+    double elapsed = 0;
+  };
+  Progress progress(int slot) const;
   // The current holding of a slot (its generation); for preemption.
   SlotRef holder(int slot) const;
   // The slot's request has been asked to make way (preempt) and has not yet.
@@ -275,9 +299,14 @@ class Engine {
     std::atomic<int> readers{0};
     std::atomic<int> reused{0};  // see reused_tokens()
     std::chrono::steady_clock::time_point t_first;  // engine thread: when the first token was made
+    std::atomic<std::chrono::steady_clock::rep> t_first_pub{0};  // the same, for admission
     // Tokens already in the KV cache: written by the engine, read (relaxed)
     // by admission for Retry-After.
     std::atomic<int> n_past{0};
+    // Prompt tokens of this slot in the step running now: cleared before
+    // n_past moves past them, so a reader that loads n_past first never
+    // subtracts them twice.
+    std::atomic<int> in_step{0};
     GenerateParams params;
     Rng rng;
   };
@@ -315,6 +344,7 @@ class Engine {
   std::atomic<uint64_t> submit_seq_{0};
   std::atomic<uint64_t> release_seq_{0};
   std::atomic<double> slack_{0};
+  std::atomic<std::chrono::steady_clock::rep> step_end_{0};  // predicted end of the running step; 0: none
 
   std::thread thread_;
   std::atomic<bool> running_{false};

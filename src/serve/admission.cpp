@@ -37,24 +37,34 @@ void keep_promise(const AdmissionOptions& o, EngineOptions& eo) {
   eo.max_slowdown = o.max_slowdown;
 }
 
-double predict_ttft(const StepModel& m, std::span<const int> ahead, int compute, int decoding, int step_tokens,
-                    const EngineOptions& eo, double slack) {
-  double t = 0;
-  int streams = decoding;
+double predict_ttft(const StepModel& m, std::span<const PromptAhead> ahead, int compute, int priority,
+                    std::span<const StreamAhead> streams, int step_tokens, const EngineOptions& eo,
+                    std::vector<StreamAhead>* scratch) {
+  std::vector<StreamAhead> local;
+  std::vector<StreamAhead>& live = scratch != nullptr ? *scratch : local;
+  live.assign(streams.begin(), streams.end());
+  for (StreamAhead& s : live) s.n_out = std::max(s.n_out, 1);
   const double allowance = token_allowance(m, eo);
-  if (streams == 0) slack = std::numeric_limits<double>::infinity();
+  double t = 0;
   size_t next = 0;  // the prompt being prefilled: ahead[next], or ours once next == ahead.size()
-  auto remaining = [&](size_t i) { return i < ahead.size() ? std::max(ahead[i], 0) : std::max(compute, 1); };
+  auto remaining = [&](size_t i) { return i < ahead.size() ? std::max(ahead[i].remaining, 0) : std::max(compute, 1); };
+  auto urgency = [&](size_t i) { return i < ahead.size() ? ahead[i].priority : priority; };
   int left = remaining(0);
-  // One engine step at a time, as step_once packs them: the prompts in
-  // order, as many tokens as the step's budget, and each prompt that ends
-  // decodes from the next step on. Bounded, since it runs under the gate's
-  // lock: a first token more than 4096 steps away is not worth predicting
-  // (infinity: refused).
+  // Bounded, since it runs under the gate's lock: a first token more than
+  // 4096 steps away is not worth predicting (infinity: refused).
   for (int n_steps = 0; n_steps < 4096; ++n_steps) {
-    const int budget = prefill_budget(m, streams, step_tokens, eo, slack);
+    const int n_decode = static_cast<int>(live.size());
+    // What the engine lends to prefill: the least bank of the streams at
+    // least as urgent as the prompt served first in the step.
+    double slack = std::numeric_limits<double>::infinity();
+    if (std::isfinite(allowance))
+      for (const StreamAhead& s : live)
+        if (s.priority <= urgency(next))
+          slack = std::min(slack, stream_bank(m, allowance, n_decode, s.n_out, s.max_tokens, s.elapsed));
+    const int budget = prefill_budget(m, n_decode, step_tokens, eo, slack);
     if (budget <= 0) break;
-    int room = budget, taken = 0, finished = 0;
+    int room = budget, taken = 0;
+    const size_t first = next;
     bool ours_done = false;
     while (room > 0) {
       const int take = std::min(room, left);
@@ -66,18 +76,27 @@ double predict_ttft(const StepModel& m, std::span<const int> ahead, int compute,
         ours_done = true;
         break;
       }
-      ++finished;
       left = remaining(++next);
+      break;  // as the engine: a step in which a prompt ends takes nothing of the next one
     }
-    const double step = m.predict(streams + taken);
+    const double step = m.predict(n_decode + taken);
     t += step;
     if (ours_done) return t;
-    // The decoding streams bank their allowance and pay for the step; a
-    // prompt that ends starts decoding with its first horizon's worth.
-    if (streams > 0 && std::isfinite(allowance)) slack += allowance - step;
-    streams += finished;
-    if (finished > 0 && std::isfinite(allowance))
-      slack = std::min(slack, kDecodeHorizon * (allowance - m.predict(streams)));
+    // Every stream made a token; those at their max_tokens end.
+    for (size_t k = 0; k < live.size();) {
+      StreamAhead& s = live[k];
+      ++s.n_out;
+      s.elapsed += step;
+      if (s.n_out >= s.max_tokens) {
+        s = live.back();
+        live.pop_back();
+      } else {
+        ++k;
+      }
+    }
+    // The prompts that ended made their first token and decode from now on.
+    for (size_t k = first; k < next; ++k)
+      if (ahead[k].max_tokens > 1) live.push_back({1, ahead[k].max_tokens, 0, ahead[k].priority});
   }
   return std::numeric_limits<double>::infinity();
 }
@@ -92,6 +111,7 @@ Admission::Admission(Engine& engine, const AdmissionOptions& o)
     : engine_(engine),
       o_(o),
       reserved_compute_(static_cast<size_t>(engine.n_slots()), 0),
+      reserved_max_tokens_(static_cast<size_t>(engine.n_slots()), 0),
       slot_class_(static_cast<size_t>(engine.n_slots()), 0),
       states_(static_cast<size_t>(engine.n_slots()), Engine::SlotState::Free) {
   if (o_.classes.empty()) o_.classes.push_back({"chat", 0});
@@ -100,7 +120,9 @@ Admission::Admission(Engine& engine, const AdmissionOptions& o)
   refused_ = std::make_unique<std::atomic<uint64_t>[]>(o_.classes.size());
   waiters_.reserve(static_cast<size_t>(std::max(o_.queue, 0)));
   ahead_.reserve(static_cast<size_t>(engine.n_slots()));
-  ahead_tokens_.reserve(static_cast<size_t>(engine.n_slots()));
+  ahead_prompts_.reserve(static_cast<size_t>(engine.n_slots()));
+  streams_.reserve(static_cast<size_t>(engine.n_slots()));
+  sim_streams_.reserve(static_cast<size_t>(engine.n_slots()));
 }
 
 Decision Admission::refuse(Reason r) const {
@@ -216,41 +238,54 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     // The first-token promise, for the tokens this request must compute
     // behind the prompts admitted before it.
     const int compute = std::max(static_cast<int>(ask.prompt.size()) - reuse, 1);
-    // The prompts ahead, in the order the engine serves them (submitted
-    // ones by submission, then the reserved ones), and the streams decoding.
+    // The prompts ahead of this one, in the order the engine serves them
+    // (by class, then submission; reserved ones after the submitted ones of
+    // their class), and every stream decoding: less urgent ones lend it
+    // nothing but still take their share of each step.
+    // All of it as it will be when the step running now ends: nothing new
+    // joins a step once it has started.
+    const double running = engine_.step_left();
+    const int after = running > 0 ? 1 : 0;  // tokens each stream makes in it
     ahead_.clear();
-    int decoding = 0, n_reserved = 0;
+    streams_.clear();
     for (int i = 0; i < engine_.n_slots(); ++i) {
-      if (!counts(i)) continue;
-      // Prefill goes by class, then submission: a (class, order) key.
-      const uint64_t key = (static_cast<uint64_t>(slot_class_[static_cast<size_t>(i)]) << 56) | engine_.submission(i);
-      if (state(i) == Engine::SlotState::Decode) ++decoding;
-      else if (state(i) == Engine::SlotState::Reserved) ++n_reserved;
-      else if (const int r = engine_.prefill_remaining(i); r > 0) ahead_.push_back({key, r});
+      const int cls = slot_class_[static_cast<size_t>(i)];
+      const uint64_t key = static_cast<uint64_t>(cls) << 56;
+      if (state(i) == Engine::SlotState::Decode) {
+        const Engine::Progress p = engine_.progress(i);
+        const int n = std::max(p.n_out, 1) + after;
+        if (p.max_tokens > 0 && n >= p.max_tokens) continue;  // it ends in the running step
+        streams_.push_back({n, p.max_tokens, p.elapsed + running, cls});
+      } else if (state(i) == Engine::SlotState::Reserved) {
+        if (counts(i))
+          ahead_.push_back({key | ((uint64_t{1} << 56) - 1), {reserved_compute_[static_cast<size_t>(i)],
+                                                              reserved_max_tokens_[static_cast<size_t>(i)], cls}});
+      } else if (state(i) == Engine::SlotState::Queued || state(i) == Engine::SlotState::Prefill) {
+        const int r = engine_.prefill_remaining(i);
+        if (r > 0) {
+          if (counts(i)) ahead_.push_back({key | engine_.submission(i), {r, engine_.max_tokens(i), cls}});
+        } else if (engine_.in_step(i) > 0 && engine_.max_tokens(i) > 1) {
+          // Its prompt ends in the running step: it decodes from the next one.
+          streams_.push_back({1, engine_.max_tokens(i), 0, cls});
+        }
+      }
     }
-    std::sort(ahead_.begin(), ahead_.end());
-    ahead_tokens_.clear();
-    for (const auto& [seq, r] : ahead_) ahead_tokens_.push_back(r);
-    for (int i = 0; n_reserved > 0 && i < engine_.n_slots(); ++i)
-      if (counts(i) && state(i) == Engine::SlotState::Reserved)
-        ahead_tokens_.push_back(reserved_compute_[static_cast<size_t>(i)]);
+    std::stable_sort(ahead_.begin(), ahead_.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    ahead_prompts_.clear();
+    for (const auto& [key, p] : ahead_) ahead_prompts_.push_back(p);
     const int steps = engine_.plan().step_tokens;
     const EngineOptions& eo = engine_.options();
-    // The banked time of the streams that count (none: nothing limits prefill).
-    const double slack = decoding > 0 ? engine_.decode_slack() : std::numeric_limits<double>::infinity();
-    d.predicted_ttft = predict_ttft(st.step_model, ahead_tokens_, compute, decoding, steps, eo, slack);
-    d.unloaded_ttft = predict_ttft(st.step_model, {}, compute, 0, steps, eo, 0);
-    // The unloaded figure assumes an idle engine; a busy one finishes the
-    // step it is in before anything new starts, so one step at the current
-    // load is allowed on top.
-    const double step_now =
-        st.step_model.predict(decoding + prefill_budget(st.step_model, decoding, steps, eo, slack));
-    // The request waits for the rest of that step too. With prompts ahead
-    // it is part of their prefill, already counted; with streams alone it
-    // is a decode step, half done on average (it matters when little is
-    // left to compute, as for a prompt copied from another slot).
-    if (decoding > 0 && ahead_tokens_.empty()) d.predicted_ttft += 0.5 * st.step_model.predict(decoding);
-    d.promised_ttft = o_.max_ttft_slowdown * d.unloaded_ttft + step_now;
+    d.predicted_ttft =
+        running + predict_ttft(st.step_model, ahead_prompts_, compute, ask.cls, streams_, steps, eo, &sim_streams_);
+    d.unloaded_ttft = predict_ttft(st.step_model, {}, compute, ask.cls, {}, steps, eo, &sim_streams_);
+    // The promise: max_ttft_slowdown x the unloaded time, the step running
+    // now included (the prediction counts it). A prompt with almost nothing
+    // to compute (copied from another slot) is held to the time per token
+    // the streams are promised instead, since a step in progress cannot be
+    // cut short for it.
+    const double allowance = token_allowance(st.step_model, eo);
+    const double floor = std::isfinite(allowance) ? allowance : 0;
+    d.promised_ttft = o_.max_ttft_slowdown * std::max(d.unloaded_ttft, floor);
     const double planned = o_.ttft_margin * d.predicted_ttft;
     const bool too_slow = (o_.max_ttft_slowdown > 0 && planned > d.promised_ttft) ||
                           (o_.max_ttft_s > 0 && planned > o_.max_ttft_s);
@@ -259,10 +294,12 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
       Decision r = refuse(Reason::Ttft);
       // Until the prompts ahead are done, at the rate they are going.
       const double drain =
-          ahead_tokens_.empty()
-              ? 0
-              : predict_ttft(st.step_model, std::span<const int>(ahead_tokens_).first(ahead_tokens_.size() - 1),
-                             ahead_tokens_.back(), decoding, steps, eo, slack);
+          ahead_prompts_.empty()
+              ? running
+              : running + predict_ttft(st.step_model,
+                             std::span<const PromptAhead>(ahead_prompts_).first(ahead_prompts_.size() - 1),
+                             ahead_prompts_.back().remaining, ahead_prompts_.back().priority, streams_, steps, eo,
+                             &sim_streams_);
       r.retry_after_s = static_cast<int>(std::clamp(std::ceil(drain), 1.0, 3600.0));
       r.predicted_ttft = d.predicted_ttft;
       r.unloaded_ttft = d.unloaded_ttft;
@@ -273,6 +310,7 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     *reserve = engine_.try_acquire(slot);
     if (!reserve->ok()) return refuse(Reason::Slots);
     reserved_compute_[static_cast<size_t>(slot)] = compute;
+    reserved_max_tokens_[static_cast<size_t>(slot)] = ask.max_tokens;
     slot_class_[static_cast<size_t>(slot)] = ask.cls;
     d.reuse = choice.reuse;
     d.copy_from = choice.copy_from;

@@ -62,11 +62,12 @@ struct AdmissionOptions {
   int queue = 0;                 // requests that may wait for a slot (0: reject at once)
   double queue_timeout_s = 10.0;
   // The first-token promise: a request is admitted only if its predicted
-  // time to first token (waiting included) is at most max_ttft_slowdown x
-  // the predicted unloaded time of the prompt tokens it must compute, plus
-  // one engine step at the current load (the step in progress cannot be cut
-  // short) (0: off), and at most max_ttft_s seconds (0: off). Checked with a margin
-  // (ttft_margin x the prediction): the promise is a tail figure.
+  // time to first token (waiting and the step in progress included) is at
+  // most max_ttft_slowdown x the predicted unloaded time of the prompt
+  // tokens it must compute, or of one token's allowance of the decoding
+  // streams when that is longer (0: off), and at most max_ttft_s seconds
+  // (0: off). Checked with a margin (ttft_margin x the prediction): the
+  // promise is a tail figure.
   double max_ttft_slowdown = 3.0;
   double max_ttft_s = 0;
   double ttft_margin = 1.15;
@@ -113,19 +114,38 @@ double stream_rate_floor(const AdmissionOptions& o, const StepModel& m);
 // gate and the engine cannot promise different rates.
 void keep_promise(const AdmissionOptions& o, EngineOptions& eo);
 
-// Predicted seconds to the first token of a request that must prefill
-// `compute` tokens after the prompts admitted before it (`ahead`: the tokens
-// each still has to prefill, in the order the engine serves them: first
-// come, first served), with `decoding` streams decoding: step by step as
-// the engine packs them (prefill_budget), each prompt ahead decoding from
-// the step after its prefill ends, each step timed by the step model.
-// `slack`: the time the decoding streams have banked (Engine::decode_slack),
-// which lets a step take more prompt tokens; it grows by each step's
-// allowance and shrinks by the step's time, as in the engine.
-// Streams that end meanwhile are not counted out (a conservative figure).
-// Infinity when prefill could not advance.
-double predict_ttft(const StepModel& m, std::span<const int> ahead, int compute, int decoding, int step_tokens,
-                    const EngineOptions& eo, double slack = 0);
+// A prompt admitted before the request being predicted: the tokens it still
+// has to prefill, its max_tokens and its class (lower: more urgent).
+struct PromptAhead {
+  int remaining = 0;
+  int max_tokens = 0;
+  int priority = 0;
+};
+// A stream decoding now: output tokens so far, its max_tokens, seconds
+// since its first token, its class.
+struct StreamAhead {
+  int n_out = 1;
+  int max_tokens = 0;
+  double elapsed = 0;
+  int priority = 0;
+};
+
+// Predicted seconds to the first token of a request of class `priority` that
+// must prefill `compute` tokens after the prompts admitted before it
+// (`ahead`, in the order the engine serves them: by class, then first come,
+// first served), beside the `streams` decoding now. Step by step as the
+// engine runs them: a step ends at the first prompt that ends in it; its
+// prompt tokens come from prefill_budget with the
+// least stream_bank of the streams at least as urgent as the prompt served;
+// each step timed by the step model; every stream one token further and
+// its elapsed time one step longer; a stream that reaches its max_tokens
+// ends (one that ends sooner by end-of-text makes the figure conservative);
+// a prompt that ends decodes from the next step. Infinity when prefill
+// could not advance within 4096 steps. `scratch` (optional) holds the
+// simulated streams, so that a caller can reserve it once.
+double predict_ttft(const StepModel& m, std::span<const PromptAhead> ahead, int compute, int priority,
+                    std::span<const StreamAhead> streams, int step_tokens, const EngineOptions& eo,
+                    std::vector<StreamAhead>* scratch = nullptr);
 
 // Seconds until a slot is likely to free: the soonest-finishing stream's
 // remaining tokens at the measured per-stream rate, rounded up, at least 1.
@@ -195,8 +215,10 @@ class Admission {
   // engine counts them once they are); valid while the slot is Reserved.
   std::vector<int> reserved_compute_;
   // Scratch of decide_locked (capacity n_slots, reserved once).
-  std::vector<std::pair<uint64_t, int>> ahead_;  // (submission order, tokens left)
-  std::vector<int> ahead_tokens_;
+  std::vector<std::pair<uint64_t, PromptAhead>> ahead_;  // (class and submission order, prompt)
+  std::vector<PromptAhead> ahead_prompts_;
+  std::vector<StreamAhead> streams_, sim_streams_;
+  std::vector<int> reserved_max_tokens_;  // max_tokens of each reserved slot, as reserved_compute_
   std::vector<int> slot_class_;  // class of each held slot (set when reserved)
   std::vector<int> held_;        // scratch: held slots per class
   // Scratch: the slots' states, read once at the start of a decision so
