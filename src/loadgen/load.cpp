@@ -32,14 +32,17 @@ double seconds(Clock::duration d) {
 // counted, not stored.
 constexpr size_t kMaxBodyBytes = size_t{4} << 20;
 
-double parse_retry_after(const std::string& v) {
+// A header's leading number (Retry-After's seconds, a predicted TTFT's ms);
+// NaN for anything else (Retry-After may be an HTTP-date, which the servers
+// we test do not send).
+double parse_header_number(const std::string& v) {
   double s = 0;
   const char* b = v.data();
   const char* e = v.data() + v.size();
   while (b < e && *b == ' ') ++b;
   auto [p, ec] = std::from_chars(b, e, s);
   if (ec != std::errc() || p == b)
-    return kNoValue;  // an HTTP-date: not used by the servers we test
+    return kNoValue;
   return s;
 }
 
@@ -119,7 +122,9 @@ RequestRecord send_one(const Shared& sh, httplib::Client& cli, uint64_t index, C
   req.response_handler = [&](const httplib::Response& res) {
     r.status = res.status;
     if (res.has_header("Retry-After"))
-      r.retry_after_s = parse_retry_after(res.get_header_value("Retry-After"));
+      r.retry_after_s = parse_header_number(res.get_header_value("Retry-After"));
+    if (res.has_header("X-Edgelm-Predicted-Ttft-Ms"))
+      r.predicted_ttft_s = parse_header_number(res.get_header_value("X-Edgelm-Predicted-Ttft-Ms")) / 1000;
     sse = res.get_header_value("Content-Type").rfind("text/event-stream", 0) == 0;
     return true;
   };

@@ -70,6 +70,7 @@ struct RequestRecord {
                           // "write", "timeout", "incomplete" (200 stream without [DONE])
   double retry_after_s = kNoValue;
   double ttft_s = kNoValue;     // first content chunk (streams only)
+  double predicted_ttft_s = kNoValue;  // the server's own prediction (edgelm's X-Edgelm-Predicted-Ttft-Ms)
   double tpot_s = kNoValue;     // (last - first content chunk) / (tokens - 1)
   double max_gap_s = kNoValue;  // longest wait between content chunks
   double latency_s = 0;         // to the end of the response

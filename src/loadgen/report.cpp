@@ -24,6 +24,7 @@ json number_or_null(double v) {
 json summary_json(const Summary& s) {
   return {{"count", s.count},
           {"mean", number_or_null(s.mean)},
+          {"min", number_or_null(s.min)},
           {"p50", number_or_null(s.p50)},
           {"p90", number_or_null(s.p90)},
           {"p99", number_or_null(s.p99)},
@@ -186,6 +187,17 @@ json report_json(const LoadResult& r) {
       {"latency_ms", summary_json(ms_summary(recs, is_ok, [](auto& x) { return x.latency_s; }))},
       {"max_gap_ms", summary_json(ms_summary(recs, is_ok, [](auto& x) { return x.max_gap_s; }))},
       {"itl_ms", summary_json(itl_summary(recs))}};
+  // The server's own prediction of each admitted request's first token
+  // (edgelm sends it), against what arrived: measured / predicted.
+  std::vector<double> ratio;
+  size_t within = 0;
+  for (const auto& x : recs) {
+    if (!x.ok() || std::isnan(x.ttft_s) || std::isnan(x.predicted_ttft_s) || x.predicted_ttft_s <= 0) continue;
+    ratio.push_back(x.ttft_s / x.predicted_ttft_s);
+    within += std::abs(x.ttft_s - x.predicted_ttft_s) <= 0.25 * x.ttft_s;
+  }
+  if (!ratio.empty())
+    j["ok"]["ttft_vs_predicted"] = {{"ratio", summary_json(summarize(ratio))}, {"within_25pct", within}};
   std::vector<double> retry;
   for (const auto& x : recs)
     if (is_429(x)) retry.push_back(x.retry_after_s);
@@ -250,6 +262,14 @@ std::string format_report(const json& j) {
   };
   s += "200s:\n";
   line("TTFT", j["ok"]["ttft_ms"]);
+  if (j["ok"].contains("ttft_vs_predicted")) {
+    const json& v = j["ok"]["ttft_vs_predicted"];
+    const json& q = v["ratio"];
+    s += fmt::format("  {:<12} n={:<6} measured / the server's prediction: min {:.2f}  p50 {:.2f}  max {:.2f}; "
+                     "within 25%: {}\n",
+                     "TTFT", q["count"].get<size_t>(), q["min"].get<double>(), q["p50"].get<double>(),
+                     q["max"].get<double>(), v["within_25pct"].get<size_t>());
+  }
   line("TPOT", j["ok"]["tpot_ms"]);
   line("token gaps", j["ok"]["itl_ms"]);
   line("latency", j["ok"]["latency_ms"]);
@@ -296,12 +316,12 @@ std::string records_csv(const LoadResult& r) {
                    [](auto* a, auto* b) { return a->start_s < b->start_s; });
   std::string s =
       "start_s,status,error,transport,retry_after_s,ttft_ms,tpot_ms,latency_ms,tokens,chunks,max_"
-      "gap_ms\n";
+      "gap_ms,predicted_ttft_ms\n";
   for (const auto* x : order) {
-    s += fmt::format("{:.4f},{},{},{},{},{},{},{},{},{},{}\n", x->start_s, x->status,
+    s += fmt::format("{:.4f},{},{},{},{},{},{},{},{},{},{},{}\n", x->start_s, x->status,
                      csv_field(x->error), x->transport, csv_num(x->retry_after_s, 1),
                      csv_num(x->ttft_s, 1e3), csv_num(x->tpot_s, 1e3), csv_num(x->latency_s, 1e3),
-                     x->tokens, x->chunks, csv_num(x->max_gap_s, 1e3));
+                     x->tokens, x->chunks, csv_num(x->max_gap_s, 1e3), csv_num(x->predicted_ttft_s, 1e3));
   }
   return s;
 }

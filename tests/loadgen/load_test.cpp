@@ -98,6 +98,8 @@ class FakeServer {
     int seen = max_active_.load();
     while (seen < now && !max_active_.compare_exchange_weak(seen, now)) {
     }
+    // Its prediction of the first token, as edgelm sends one.
+    res.set_header("X-Edgelm-Predicted-Ttft-Ms", std::to_string(o_.prefill.count()));
     const FakeOptions o = o_;
     // The slot is given back before the last bytes go out, as a real server
     // frees it when generation ends: a client that sends its next request the
@@ -216,6 +218,7 @@ TEST(Load, ClosedLoopCountsAndTimings) {
       // chunk makes the rest look bunched), so single gaps are not bounded.
       EXPECT_GE(x.ttft_s, 0.039);
       EXPECT_LT(x.ttft_s, 1.0);  // generous: the test machine may be busy
+      EXPECT_DOUBLE_EQ(x.predicted_ttft_s, 0.040);
       EXPECT_GE(x.latency_s, 0.040 + 7 * 0.010 - 1e-3);
       EXPECT_LT(x.tpot_s, 0.1);
       ASSERT_EQ(x.gaps_s.size(), 7u);
@@ -254,8 +257,13 @@ TEST(Load, ClosedLoopCountsAndTimings) {
   EXPECT_GT(j["throughput"]["tokens_per_s"].get<double>(), 40.0);
   EXPECT_EQ(j["status_429"]["count"].get<size_t>(), busy);
   EXPECT_TRUE(j["rss"].is_null());
+  // Measured against the server's prediction: never much less (the client
+  // waits at least the 40 ms the server sleeps).
+  EXPECT_EQ(j["ok"]["ttft_vs_predicted"]["ratio"]["count"].get<size_t>(), ok);
+  EXPECT_GE(j["ok"]["ttft_vs_predicted"]["ratio"]["min"].get<double>(), 0.97);
   const std::string text = format_report(j);
   EXPECT_NE(text.find("429="), std::string::npos);
+  EXPECT_NE(text.find("measured / the server's prediction"), std::string::npos);
   // One CSV row a request, plus the header.
   const std::string csv = records_csv(*r);
   EXPECT_EQ(static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n')), r->records.size() + 1);
