@@ -121,6 +121,7 @@ Admission::Admission(Engine& engine, const AdmissionOptions& o)
   waiters_.reserve(static_cast<size_t>(std::max(o_.queue, 0)));
   ahead_.reserve(static_cast<size_t>(engine.n_slots()));
   ahead_prompts_.reserve(static_cast<size_t>(engine.n_slots()));
+  free_in_.reserve(static_cast<size_t>(engine.n_slots()));
   streams_.reserve(static_cast<size_t>(engine.n_slots()));
   sim_streams_.reserve(static_cast<size_t>(engine.n_slots()));
 }
@@ -334,6 +335,45 @@ int Admission::slot_class(int slot) const {
   return engine_.state(slot) == Engine::SlotState::Free ? -1 : slot_class_[static_cast<size_t>(slot)];
 }
 
+double Admission::latest_start_locked(const Ask& ask) const {
+  const EngineStats st = engine_.stats();
+  const int compute = std::max(static_cast<int>(ask.prompt.size()), 1);
+  const double unloaded =
+      predict_ttft(st.step_model, {}, compute, ask.cls, {}, engine_.plan().step_tokens, engine_.options());
+  double promise = std::numeric_limits<double>::infinity();
+  if (o_.max_ttft_slowdown > 0) promise = o_.max_ttft_slowdown * unloaded;
+  if (o_.max_ttft_s > 0) promise = std::min(promise, o_.max_ttft_s);
+  if (!std::isfinite(promise)) return o_.queue_timeout_s;
+  return promise / o_.ttft_margin - unloaded;
+}
+
+double Admission::kth_free_locked(int k) {
+  const EngineStats st = engine_.stats();
+  int held = 0;
+  for (int i = 0; i < engine_.n_slots(); ++i) held += engine_.state(i) != Engine::SlotState::Free;
+  const double step = st.step_model.predict(std::max(held, 1));
+  free_in_.clear();
+  for (int i = 0; i < engine_.n_slots(); ++i) {
+    const auto state = engine_.state(i);
+    if (state == Engine::SlotState::Free || state == Engine::SlotState::Finished) {
+      free_in_.push_back(0);  // a finished one is released as its last bytes go out
+    } else if (engine_.preempt_pending(i)) {
+      free_in_.push_back(step);
+    } else if (state == Engine::SlotState::Decode) {
+      const Engine::Progress p = engine_.progress(i);
+      free_in_.push_back(std::max(p.max_tokens - p.n_out, 1) * step);
+    } else {
+      // A prompt still to compute, or a slot not yet submitted: its whole answer.
+      const int max_tokens =
+          state == Engine::SlotState::Reserved ? reserved_max_tokens_[static_cast<size_t>(i)] : engine_.max_tokens(i);
+      free_in_.push_back(engine_.prefill_remaining(i) * st.step_model.b + std::max(max_tokens, 1) * step);
+    }
+  }
+  if (k < 1 || k > static_cast<int>(free_in_.size())) return std::numeric_limits<double>::infinity();
+  std::nth_element(free_in_.begin(), free_in_.begin() + (k - 1), free_in_.end());
+  return free_in_[static_cast<size_t>(k - 1)];
+}
+
 bool Admission::preempt_locked(int cls) {
   int victim = -1;
   uint64_t youngest = 0;
@@ -364,6 +404,7 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
   out = {};
   Waiter w;
   w.ask = ask;
+  double wait_s = o_.queue > 0 ? o_.queue_timeout_s : 10.0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     // Nobody overtakes a waiter of its class or a more urgent one: a
@@ -378,12 +419,25 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
     // Waiters ahead of it have made their own room, so it looks for
     // another stream to end.
     const bool preempting = o_.preempt && preempt_locked(ask.cls);
-    if (!preempting && static_cast<int>(waiters_.size()) >= o_.queue) return refuse(Reason::Slots);
+    // An urgent request (a class before the default) that finds no slot
+    // waits for one to free when it can still start within its first-token
+    // promise: for a sensor's alarm a late answer beats a 429. It waits no
+    // longer than that.
+    bool in_time = false;
+    if (!preempting && ask.cls < o_.default_class) {
+      const double latest = latest_start_locked(ask);
+      int ahead = 1;
+      for (const Waiter* x : waiters_) ahead += x->ask.cls <= ask.cls;
+      if (latest > 0 && kth_free_locked(ahead) <= latest) {
+        in_time = true;
+        wait_s = latest;
+      }
+    }
+    if (!preempting && !in_time && static_cast<int>(waiters_.size()) >= o_.queue) return refuse(Reason::Slots);
     waiters_.push_back(&w);
     queued_.store(static_cast<int>(waiters_.size()));
     w.d.preempted = preempting;
   }
-  const double wait_s = o_.queue > 0 ? o_.queue_timeout_s : 10.0;
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {

@@ -228,6 +228,15 @@ class Admission {
   // Finds the youngest stream of a class less urgent than `cls` and asks the
   // engine to end it; true if one was found.
   bool preempt_locked(int cls);
+  // How long `ask` may wait for a slot and still start within its
+  // first-token promise (with the margin), from its unloaded time.
+  double latest_start_locked(const Ask& ask) const;
+  // Seconds until the k-th held slot (1: the soonest) is likely to be free:
+  // a finished one at once, one asked to make way within a step, a stream
+  // after its remaining tokens at the current step time, a prompt after its
+  // prefill and its whole answer. Infinity with fewer than k slots.
+  double kth_free_locked(int k);
+  std::vector<double> free_in_;  // scratch of kth_free_locked (capacity n_slots)
   Decision admit_waiting(const Ask& ask, SlotRef& out, const std::function<bool()>& gone);
   std::atomic<bool> draining_{false};
   std::atomic<bool> pressure_{false};

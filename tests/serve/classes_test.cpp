@@ -132,5 +132,73 @@ TEST(Classes, PreemptionEndsTheYoungestLessUrgentStream) {
   EXPECT_EQ(busy.get()->status, 200);
 }
 
+// A sensor that finds every slot taken (and no --preempt) waits for the
+// first one to free when that comes soon enough to keep its first-token
+// promise, and is refused at once when it would not.
+TEST(Classes, AnUrgentRequestWaitsForASlotThatFreesInTime) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "timing: a sanitizer slows the engine's own work beside the padded steps; the plain build runs it";
+#endif
+  LiveServer::Options o = two_classes(2, 1);
+  o.token_ms = 2;
+  o.server.admission.max_ttft_slowdown = 3;
+  LiveServer s(o);
+  // Each alarm its own text, so that none is a cached prefix of another.
+  auto alarm = [](int n) {
+    std::string a = std::to_string(n);
+    for (int i = 0; i < 30; ++i) a += " alarm";
+    return a;
+  };
+  // Its unloaded time to first token, alone on the server.
+  const auto t0 = Clock::now();
+  auto r = post(s, chat_body(alarm(0), 1, false), "sensor");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const double unloaded = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 0; }, 5));
+  // The first sensor holds its reserved slot for seconds; a chat stream holds
+  // the other one until shortly after the second sensor comes, or for long.
+  auto held = [&](int chat_tokens, int left) {
+    auto chat = std::async(std::launch::async, [&, chat_tokens] { return post(s, chat_body("chat", chat_tokens, false)); });
+    EXPECT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+    auto first = std::async(std::launch::async, [&] { return post(s, chat_body("long", 200, false), "sensor"); });
+    EXPECT_TRUE(wait_until([&] { return s.engine->active_slots() == 2; }, 5));
+    EXPECT_TRUE(wait_until(
+        [&] {
+          for (int i = 0; i < 2; ++i) {
+            const Engine::Progress p = s.engine->progress(i);
+            if (p.max_tokens == chat_tokens && p.max_tokens - p.n_out <= left) return true;
+          }
+          return false;
+        },
+        10));
+    return std::make_pair(std::move(chat), std::move(first));
+  };
+  {
+    auto [chat, first] = held(24, 8);  // 8 steps of ~14 ms left: within 1.6x the unloaded time
+    const auto t1 = Clock::now();
+    r = post(s, chat_body(alarm(1), 1, false), "sensor");
+    const double ttft = std::chrono::duration<double>(Clock::now() - t1).count();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_LE(ttft, 3 * unloaded + 0.05) << "unloaded " << unloaded << " s";
+    EXPECT_EQ(chat.get()->status, 200);
+    s.engine->cancel_all();
+    (void)first.get();
+  }
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 0; }, 5));
+  {
+    auto [chat, first] = held(200, 190);  // seconds left
+    const auto t1 = Clock::now();
+    r = post(s, chat_body(alarm(2), 1, false), "sensor");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 429) << r->body;
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t1).count(), 0.5) << "refused at once";
+    s.engine->cancel_all();
+    (void)chat.get();
+    (void)first.get();
+  }
+}
+
 }  // namespace
 }  // namespace edgelm
