@@ -220,8 +220,11 @@ class Engine {
   // Finish::Preempted (its slot is wanted by a more urgent request).
   void preempt(SlotRef ref);
   // Gives the slot back. If it is still running it is cancelled first and
-  // this waits (at most about one step) for the engine to let go of it.
-  // Nothing if `ref` is stale (already released).
+  // this waits (at most about one step) for the engine to let go of it; an
+  // engine that is stopped or never started cannot, and the request is
+  // ended here. Nothing if `ref` is stale (already released): of two
+  // releases of one holding at once, one frees the slot, the other does
+  // nothing. A slot that was only reserved keeps the cache it had.
   void release(SlotRef ref);
   SlotState state(int slot) const;
 
@@ -292,6 +295,8 @@ class Engine {
   double start_request(int slot);
   // Copies the KV rows [from, to) of every layer from one slot to another.
   void copy_rows(int dst, int src, int from, int to);
+  // A request that was to copy slot `src`'s rows no longer will.
+  void end_lending(int src);
   bool cancelled(const Slot& s) const { return s.cancel_gen.load() == s.gen.load(); }
 
   std::unique_ptr<Model> model_;
@@ -318,6 +323,9 @@ class Engine {
 
   std::thread thread_;
   std::atomic<bool> running_{false};
+  // The engine thread is in loop() and has not made its last pass: only
+  // then does a cancelled request get finished by it (release waits for that).
+  std::atomic<bool> looping_{false};
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool wake_ = false;  // set on submit/cancel/stop; the idle engine waits for it
