@@ -189,6 +189,73 @@ TEST(Gate, AServerCancellationIsAnErrorEventNotAStop) {
   EXPECT_EQ(m.by_status[0].load(), 0u);  // not a 200
 }
 
+// A non-streamed answer the server cancels after its heartbeats have gone
+// out: the status line (200) is out, so the body says what happened, in
+// OpenAI's error shape, with nothing else in it; /metrics counts a 503.
+TEST(Gate, ANonStreamedAnswerCancelledAfterItsHeartbeatsIsAnErrorBody) {
+  LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 10;
+  o.server.heartbeat_ms = 50;
+  LiveServer s(o);
+  auto answer = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/chat/completions", chat_body("long", 200, false), "application/json");
+  });
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // several heartbeats
+  s.engine->cancel_all();
+  const auto res = answer.get();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << "sent before the failure";
+  const size_t start = res->body.find_first_not_of(" \n");
+  ASSERT_GT(start, 0u) << "heartbeats came first: " << res->body;
+  const json j = json::parse(res->body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << res->body;
+  ASSERT_TRUE(j.contains("error")) << res->body;
+  EXPECT_EQ(j.size(), 1u) << res->body;
+  EXPECT_EQ(j["error"]["code"], "cancelled") << res->body;
+  EXPECT_EQ(j["error"]["type"], "server_error") << res->body;
+  EXPECT_TRUE(j["error"]["message"].is_string()) << res->body;
+  const auto& m = s.server->metrics();
+  // Counted once the response is done (after the client has it).
+  ASSERT_TRUE(wait_until([&] { return m.ends[2].load() == 1; }, 5));  // "cancelled"
+  EXPECT_EQ(m.by_status[8].load(), 1u);  // 503
+  EXPECT_EQ(m.by_status[0].load(), 0u);  // not a 200
+}
+
+// One that fails before its first heartbeat is due gets a real status
+// code: nothing is sent until then.
+TEST(Gate, ANonStreamedAnswerThatFailsEarlyGetsItsStatusCode) {
+  LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 10;
+  o.server.heartbeat_ms = 2000;
+  LiveServer s(o);
+  auto answer = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/chat/completions", chat_body("long", 200, false), "application/json");
+  });
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  s.engine->cancel_all();
+  const auto res = answer.get();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503) << res->body;
+  const json j = json::parse(res->body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << res->body;
+  EXPECT_EQ(j["error"]["code"], "cancelled") << res->body;
+  const auto& m = s.server->metrics();
+  ASSERT_TRUE(wait_until([&] { return m.ends[2].load() == 1; }, 5));  // "cancelled"
+  EXPECT_EQ(m.by_status[8].load(), 1u);  // 503
+  EXPECT_EQ(m.by_status[0].load(), 0u);
+  // And one that succeeds within the delay is an ordinary 200.
+  const auto ok = s.client().Post("/v1/chat/completions", chat_body("short", 3, false), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(json::parse(ok->body)["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(wait_until([&] { return m.by_status[0].load() == 1; }, 5));
+  EXPECT_EQ(m.by_status[8].load(), 1u);
+}
+
 // Many streams on few slots; clients retry on 429; half of them hang up at
 // a random point, right after the last token included. Every client that
 // stays gets exactly its max_tokens and "length", no slot leaks, and the
