@@ -379,7 +379,16 @@ void Engine::release(SlotRef ref) {
   s.state.store(static_cast<uint32_t>(SlotState::Free), std::memory_order_release);
 }
 
-void Engine::end_lending(int src) { slots_[static_cast<size_t>(src)].readers.fetch_sub(1); }
+void Engine::end_lending(int src) {
+  if (slots_[static_cast<size_t>(src)].readers.fetch_sub(1) != 1) return;
+  std::lock_guard<std::mutex> lk(listener_mu_);
+  if (lending_ended_) lending_ended_();
+}
+
+void Engine::on_lending_ended(std::function<void()> f) {
+  std::lock_guard<std::mutex> lk(listener_mu_);
+  lending_ended_ = std::move(f);
+}
 
 Status Engine::pin_prefix(std::span<const int32_t> tokens) {
   if (running_.load()) return make_error("the prefix must be pinned before the engine starts");

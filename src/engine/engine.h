@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -196,6 +197,13 @@ class Engine {
   // A request of another slot is waiting to copy from this one: it cannot
   // be acquired until the copy is done (within a step).
   bool lending(int slot) const;
+  // `f` is called whenever a slot stops lending (its last reader is done
+  // or gone): a free slot may then be acquired with no release to say so.
+  // It runs on the thread that ended the lending (the engine's, or a
+  // client's in submit or release) while that thread holds none of the
+  // engine's locks, and must be quick. One listener (admission); an empty
+  // `f` removes it, and once that returns `f` is not running nor called again.
+  void on_lending_ended(std::function<void()> f);
   // Prompt tokens of the slot's request that were not computed: its own
   // cache and what was copied (final once the request has started).
   int reused_tokens(int slot) const;
@@ -326,6 +334,8 @@ class Engine {
   // The engine thread is in loop() and has not made its last pass: only
   // then does a cancelled request get finished by it (release waits for that).
   std::atomic<bool> looping_{false};
+  std::mutex listener_mu_;  // held while lending_ended_ is set or called
+  std::function<void()> lending_ended_;
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool wake_ = false;  // set on submit/cancel/stop; the idle engine waits for it
