@@ -162,6 +162,7 @@ void Engine::calibrate() {
 
 void Engine::start() {
   if (running_.exchange(true)) return;
+  looping_.store(true);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -190,9 +191,15 @@ void Engine::loop() {
   for (int i = 0; i < plan_.slots; ++i) {
     Slot& s = slots_[static_cast<size_t>(i)];
     const auto st = static_cast<SlotState>(s.state.load());
-    if (st == SlotState::Queued && s.params.copy_from >= 0)
-      slots_[static_cast<size_t>(s.params.copy_from)].readers.fetch_sub(1);
+    if (st == SlotState::Queued && s.params.copy_from >= 0) end_lending(s.params.copy_from);
     if (st == SlotState::Queued || st == SlotState::Prefill || st == SlotState::Decode) finish_slot(s, Finish::Cancelled);
+  }
+  // Releases waiting for this thread to end a request end it themselves now.
+  looping_.store(false);
+  for (int i = 0; i < plan_.slots; ++i) {
+    Slot& s = slots_[static_cast<size_t>(i)];
+    { std::lock_guard<std::mutex> lk(s.mu); }
+    s.cv.notify_all();
   }
 }
 
@@ -254,7 +261,7 @@ Status Engine::submit(SlotRef ref, std::span<const int32_t> prompt, const Genera
     Slot& src = slots_[static_cast<size_t>(p.copy_from)];
     src.readers.fetch_add(1);
     if (src.state.load() == static_cast<uint32_t>(SlotState::Reserved)) {
-      src.readers.fetch_sub(1);
+      end_lending(p.copy_from);
       s.params.copy_from = -1;
     }
   }
@@ -348,21 +355,45 @@ void Engine::release(SlotRef ref) {
   Slot& s = slots_[static_cast<size_t>(ref.slot)];
   if (s.gen.load() != ref.gen) return;
   const auto st = static_cast<SlotState>(s.state.load());
+  const bool submitted = st != SlotState::Reserved;
   if (st == SlotState::Queued || st == SlotState::Prefill || st == SlotState::Decode) {
     cancel(ref);
     std::unique_lock<std::mutex> lk(s.mu);
-    // The engine acknowledges within one step; if it is not running at all
-    // (stopped), loop() has already finished every slot.
-    s.cv.wait(lk, [&] { return s.finish.load() != 0 || !running_.load(); });
+    // The engine acknowledges within one step. An engine thread that is not
+    // looping (never started, or past its last pass) never will: this call
+    // ends the request below. Nor is there anything to wait for once
+    // another release of this holding has won.
+    s.cv.wait(lk, [&] { return s.finish.load() != 0 || s.gen.load() != ref.gen || !looping_.load(); });
+  }
+  // The holding ends here, once: a second release of it (at the same time,
+  // or late) changes nothing, as the slot may already be the next request's.
+  uint64_t g = ref.gen;
+  if (!s.gen.compare_exchange_strong(g, ref.gen + 1)) return;
+  if (submitted && s.finish.load() == 0) {
+    // Queued after the engine's last pass (or before it ever started): it
+    // never ran, so it still holds its copy source, which must be let go.
+    if (s.params.copy_from >= 0) end_lending(s.params.copy_from);
+    finish_slot(s, Finish::Cancelled);
   }
   // What the request left in the cache stays for the next one, unless it
-  // asked otherwise (or never ran: n_past is then what was reused, still valid).
-  s.cached.store(s.params.keep_cache ? s.n_past.load(std::memory_order_relaxed) : 0, std::memory_order_relaxed);
+  // asked otherwise (or never ran: n_past is then what was reused, still
+  // valid). A slot that was only reserved keeps the cache it had.
+  if (submitted)
+    s.cached.store(s.params.keep_cache ? s.n_past.load(std::memory_order_relaxed) : 0, std::memory_order_relaxed);
   s.params.constraint.reset();  // the engine is done with the slot: the request's automaton goes with it
   s.released_at.store(release_seq_.fetch_add(1) + 1, std::memory_order_relaxed);
-  uint64_t g = ref.gen;
-  if (!s.gen.compare_exchange_strong(g, ref.gen + 1)) return;  // released twice at once: the other one won
   s.state.store(static_cast<uint32_t>(SlotState::Free), std::memory_order_release);
+}
+
+void Engine::end_lending(int src) {
+  if (slots_[static_cast<size_t>(src)].readers.fetch_sub(1) != 1) return;
+  std::lock_guard<std::mutex> lk(listener_mu_);
+  if (lending_ended_) lending_ended_();
+}
+
+void Engine::on_lending_ended(std::function<void()> f) {
+  std::lock_guard<std::mutex> lk(listener_mu_);
+  lending_ended_ = std::move(f);
 }
 
 Status Engine::pin_prefix(std::span<const int32_t> tokens) {
@@ -451,7 +482,7 @@ double Engine::start_request(int slot) {
     s.n_past.store(match, std::memory_order_relaxed);
     s.reused.store(match, std::memory_order_relaxed);
   }
-  if (src >= 0) slots_[static_cast<size_t>(src)].readers.fetch_sub(1);
+  if (src >= 0) end_lending(src);
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -207,6 +208,13 @@ class Engine {
   // A request of another slot is waiting to copy from this one: it cannot
   // be acquired until the copy is done (within a step).
   bool lending(int slot) const;
+  // `f` is called whenever a slot stops lending (its last reader is done
+  // or gone): a free slot may then be acquired with no release to say so.
+  // It runs on the thread that ended the lending (the engine's, or a
+  // client's in submit or release) while that thread holds none of the
+  // engine's locks, and must be quick. One listener (admission); an empty
+  // `f` removes it, and once that returns `f` is not running nor called again.
+  void on_lending_ended(std::function<void()> f);
   // Prompt tokens of the slot's request that were not computed: its own
   // cache and what was copied (final once the request has started).
   int reused_tokens(int slot) const;
@@ -231,8 +239,11 @@ class Engine {
   // Finish::Preempted (its slot is wanted by a more urgent request).
   void preempt(SlotRef ref);
   // Gives the slot back. If it is still running it is cancelled first and
-  // this waits (at most about one step) for the engine to let go of it.
-  // Nothing if `ref` is stale (already released).
+  // this waits (at most about one step) for the engine to let go of it; an
+  // engine that is stopped or never started cannot, and the request is
+  // ended here. Nothing if `ref` is stale (already released): of two
+  // releases of one holding at once, one frees the slot, the other does
+  // nothing. A slot that was only reserved keeps the cache it had.
   void release(SlotRef ref);
   SlotState state(int slot) const;
 
@@ -321,6 +332,8 @@ class Engine {
   double start_request(int slot);
   // Copies the KV rows [from, to) of every layer from one slot to another.
   void copy_rows(int dst, int src, int from, int to);
+  // A request that was to copy slot `src`'s rows no longer will.
+  void end_lending(int src);
   bool cancelled(const Slot& s) const { return s.cancel_gen.load() == s.gen.load(); }
 
   std::unique_ptr<Model> model_;
@@ -348,6 +361,11 @@ class Engine {
 
   std::thread thread_;
   std::atomic<bool> running_{false};
+  // The engine thread is in loop() and has not made its last pass: only
+  // then does a cancelled request get finished by it (release waits for that).
+  std::atomic<bool> looping_{false};
+  std::mutex listener_mu_;  // held while lending_ended_ is set or called
+  std::function<void()> lending_ended_;
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool wake_ = false;  // set on submit/cancel/stop; the idle engine waits for it

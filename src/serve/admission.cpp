@@ -124,6 +124,17 @@ Admission::Admission(Engine& engine, const AdmissionOptions& o)
   free_in_.reserve(static_cast<size_t>(engine.n_slots()));
   streams_.reserve(static_cast<size_t>(engine.n_slots()));
   sim_streams_.reserve(static_cast<size_t>(engine.n_slots()));
+  engine_.on_lending_ended([this] { lending_ended(); });
+}
+
+Admission::~Admission() { engine_.on_lending_ended({}); }
+
+void Admission::lending_ended() {
+  // Only a note and a wake-up under the lock: the engine thread may be the
+  // caller, and the decision (hand_off_locked) is the waiter's to make.
+  std::lock_guard<std::mutex> lk(mu_);
+  ++lending_ends_;
+  if (!waiters_.empty()) waiters_.front()->cv.notify_one();
 }
 
 Decision Admission::refuse(Reason r) const {
@@ -405,6 +416,7 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
   Waiter w;
   w.ask = ask;
   double wait_s = o_.queue > 0 ? o_.queue_timeout_s : 10.0;
+  uint64_t seen = 0;  // lending_ends_ as of the last hand-off this waiter ran (or its arrival)
   {
     std::lock_guard<std::mutex> lk(mu_);
     // Nobody overtakes a waiter of its class or a more urgent one: a
@@ -437,18 +449,25 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
     waiters_.push_back(&w);
     queued_.store(static_cast<int>(waiters_.size()));
     w.d.preempted = preempting;
+    seen = lending_ends_;
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
+  // A slot reaches a waiter by an event: a release hands it over (done), a
+  // slot that stops lending its rows wakes the first waiter, which runs the
+  // hand-off itself. The timed wake-ups only look for a client that has
+  // hung up (gone) and, as a safety net, run the hand-off once a second.
+  constexpr auto kGonePoll = std::chrono::milliseconds(50);
+  constexpr auto kSafety = std::chrono::seconds(1);
+  auto next_safety = Clock::now() + kSafety;
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    // Short waits: the hand-off notifies at once; the timeout only bounds
-    // how late a client that hung up is noticed.
-    w.cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return w.done; });
+    const auto wake = std::min({deadline, next_safety, gone ? Clock::now() + kGonePoll : deadline});
+    w.cv.wait_until(lk, wake, [&] { return w.done || lending_ends_ != seen; });
     if (w.done) break;
-    // A slot can be free with no release to hand it on: it was lending its
-    // rows to a copy when the last release came (see choose_slot_locked).
-    if (engine_.active_slots() < engine_.n_slots()) {
-      hand_off_locked();
+    if (lending_ends_ != seen || Clock::now() >= next_safety) {
+      seen = lending_ends_;
+      next_safety = Clock::now() + kSafety;
+      if (engine_.active_slots() < engine_.n_slots()) hand_off_locked();
       if (w.done) break;
     }
     Reason why = Reason::None;
@@ -464,6 +483,8 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
     if (why != Reason::None) {
       waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &w));
       queued_.store(static_cast<int>(waiters_.size()));
+      // A lending that ended since this waiter last looked is not lost with it.
+      if (lending_ends_ != seen) hand_off_locked();
       Decision d = refuse(why);
       d.waited = true;
       return d;

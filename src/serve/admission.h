@@ -154,14 +154,18 @@ int retry_after_seconds(int min_remaining_tokens, double per_stream_rate);
 class Admission {
  public:
   Admission(Engine& engine, const AdmissionOptions& o);
+  ~Admission();
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
 
   // Decides on a request and, when it is admitted, reserves its slot (in
   // `out`), in one step. The slot is the free one that holds the longest
   // prefix of the prompt (d.reuse tokens of it need no prefill) when that
   // prefix is at least half the prompt or 256 tokens, else the least
   // recently used one. When every slot is taken and the queue has room,
-  // waits for a slot to be handed over, polling `gone` (the client hung up)
-  // every few milliseconds. Returns the decision; `out` is valid only when
+  // waits for a slot to be handed over (by a release, or when a slot stops
+  // lending its rows to a copy: both events, no poll), asking `gone` (the
+  // client hung up) every 50 ms. Returns the decision; `out` is valid only when
   // it is ok().
   Decision admit(const Ask& ask, SlotRef& out, const std::function<bool()>& gone = {});
   // Gives a slot back to the engine (cancelling what still runs in it) and
@@ -205,6 +209,10 @@ class Admission {
   Choice choose_slot_locked(const Ask& ask);
   // Hands free slots to waiters, oldest first, while the gate admits them.
   void hand_off_locked();
+  // The engine's call when a slot stops lending its rows: the first waiter
+  // wakes and runs hand_off_locked (on its own thread, not the engine's).
+  void lending_ended();
+  uint64_t lending_ends_ = 0;  // under mu_: how many lending_ended() calls so far
   Decision refuse(Reason r) const;
 
   Engine& engine_;

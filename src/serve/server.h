@@ -49,7 +49,7 @@ struct ServerOptions {
   double drain_timeout_s = 30;
   double memory_pressure_psi = 10.0;    // some avg10 (%) above which new work is refused
   double memory_pressure_fraction = 0.95;  // cgroup working set / limit above which new work is refused
-  int heartbeat_ms = 500;               // keep-alive writes while a response has nothing to send
+  int heartbeat_ms = 500;               // keep-alive writes while a response has nothing to send (stream.h)
   // The most a non-streamed answer may hold (text, logprobs, JSON); counted
   // once per slot in the plan. Larger answers must be streamed.
   uint64_t max_response_bytes = 2 << 20;

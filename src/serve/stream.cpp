@@ -60,6 +60,15 @@ struct Session {
     if (stopped_by_string) return "stop";
     return finish_name(fin);
   }
+  // ... and as an HTTP status: the one sent when nothing had gone out
+  // before the end, the one counted in any case.
+  int status() const {
+    const std::string_view e = end();
+    if (e == "disconnected") return 499;
+    if (e == "cancelled") return 503;
+    if (e == "error") return 500;
+    return 200;
+  }
 };
 
 // An answer the engine did not finish on its own terms: the client is told
@@ -80,7 +89,10 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
   res.set_header("Cache-Control", "no-cache");
   if (s->spec.dropped > 0) res.set_header("X-Edgelm-Prompt-Tokens-Dropped", std::to_string(s->spec.dropped));
 
-  auto provider = [s](size_t, httplib::DataSink& sink) -> bool {
+  // Runs the answer to its end, writing to `sink`. A non-streamed answer
+  // may stop early at `pause` (its state stays in the session and a later
+  // call goes on): until then it writes nothing, not even a heartbeat.
+  auto run = [s](httplib::DataSink& sink, Clock::time_point pause) -> bool {
     Engine& e = s->deps.engine;
     const StreamSpec& sp = s->spec;
     const int slot = s->ref.slot;
@@ -104,9 +116,11 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
     };
     std::string piece_out, emit;
     bool first_chunk = true;
+    const bool pausing = pause != Clock::time_point::max();
     while (!s->finished) {
+      if (pausing && Clock::now() >= pause) return true;
       const int before = s->seen;
-      const int n = e.wait_for(slot, s->seen, Clock::now() + heartbeat);
+      const int n = e.wait_for(slot, s->seen, std::min(Clock::now() + heartbeat, pause));
       const bool idle = n == before;  // the wait timed out with nothing new
       emit.clear();
       std::vector<TokenLogprobOut> chunk_lps;
@@ -194,7 +208,7 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
           const std::string j = sp.chat ? chat_completion_json(sp.id, sp.created, sp.model, s->text, reason, usage(), lps)
                                         : completion_json(sp.id, sp.created, sp.model, s->text, reason, usage(), lps);
           if (!write(j)) break;
-        } else if (idle || Clock::now() - last_write >= heartbeat) {
+        } else if (!pausing && (idle || Clock::now() - last_write >= heartbeat)) {
           // JSON allows leading whitespace: a space now and then keeps the
           // connection honest while the answer is generated, and a failed
           // write tells us the client has gone.
@@ -210,28 +224,55 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
     return true;
   };
 
-  auto releaser = [s](bool) {
+  // `chunked`: the status line (200) went out before the answer ended, and
+  // the status of what happened is counted here. Otherwise the response
+  // carries that status, which the routes' wrapper counts.
+  auto releaser = [s](bool chunked) {
     Metrics& m = s->deps.metrics;
     Engine& e = s->deps.engine;
     s->release_slot();
     const auto now = Clock::now();
     const std::string_view end = s->end();
-    int status = 200;
-    if (end == "disconnected") status = 499;
-    else if (end == "cancelled") status = 503;
-    else if (end == "error") status = 500;
+    const int status = s->status();
+    if (chunked && status >= 500)
+      spdlog::warn("req={} failed after its status line (200) went out: {} status={} code={}", s->spec.id,
+                   s->spec.stream ? "an SSE error event ends the stream" : "the body is an error object", status,
+                   ended_early(s->fin).code);
     if (status == 499) m.client_disconnects.fetch_add(1);
-    m.count_status(status);
+    if (chunked) m.count_status(status);
     m.count_end(end);
     m.generated_tokens.fetch_add(static_cast<uint64_t>(s->completion_tokens));
     m.request_seconds.observe(std::chrono::duration<double>(now - s->spec.t0).count());
     if (s->completion_tokens > 1)
       m.tpot.observe(std::chrono::duration<double>(s->t_last - s->t_first).count() / (s->completion_tokens - 1));
-    spdlog::info("release req={} slot={} active={}/{} end={} prompt={} completion={} ms={}", s->spec.id, s->ref.slot,
-                 e.active_slots(), e.n_slots(), end, s->spec.n_prompt, s->completion_tokens,
+    spdlog::info("release req={} slot={} active={}/{} end={} status={} prompt={} completion={} ms={}", s->spec.id,
+                 s->ref.slot, e.active_slots(), e.n_slots(), end, status, s->spec.n_prompt, s->completion_tokens,
                  std::chrono::duration_cast<std::chrono::milliseconds>(now - s->spec.t0).count());
   };
-  res.set_chunked_content_provider(streaming ? "text/event-stream" : "application/json", provider, releaser);
+  if (!streaming) {
+    // Nothing is sent for the first heartbeat interval: an answer that ends
+    // (or fails) by then goes out whole, with its real status code. Only a
+    // longer one gets the status line 200 and heartbeats, and if it fails
+    // after all, a body in OpenAI's error shape (counted by what happened).
+    std::string body;
+    httplib::DataSink buffer;
+    buffer.write = [&body](const char* d, size_t n) {
+      body.append(d, n);
+      return true;
+    };
+    buffer.done = [] {};
+    buffer.is_writable = [] { return true; };
+    run(buffer, Clock::now() + std::chrono::milliseconds(deps.heartbeat_ms));
+    if (s->finished) {
+      res.status = s->status();
+      res.set_content(std::move(body), "application/json");
+      releaser(false);
+      return;
+    }
+  }
+  auto provider = [s, run](size_t, httplib::DataSink& sink) { return run(sink, Clock::time_point::max()); };
+  res.set_chunked_content_provider(streaming ? "text/event-stream" : "application/json", provider,
+                                   [releaser](bool) { releaser(true); });
 }
 
 }  // namespace edgelm::serve

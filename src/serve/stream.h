@@ -49,6 +49,11 @@ struct StreamDeps {
 //   (drain timeout)         false "stop"; non-streamed: an error body
 //   engine error           the same with code "engine_error"
 //   client gone            nothing more is written; counted as 499
+// A non-streamed answer sends nothing for its first heartbeat_ms: one that
+// ends by then (well or not) is sent whole with its real status (503, 500);
+// after that the status line 200 goes out, then a space every heartbeat_ms,
+// and a failure is an error body (OpenAI's shape) behind them. Either way
+// /metrics counts the status of what happened, not the 200 on the wire.
 void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec spec, SlotRef ref);
 
 }  // namespace edgelm::serve

@@ -14,6 +14,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/e2e/listen_port.sh
+source "$ROOT/tests/e2e/listen_port.sh"
 EDGELM=$(realpath "${1:-$ROOT/build/edgelm}")
 BUILD=${2:-}
 EXAMPLE="$ROOT/deploy/edgelm.toml.example"
@@ -70,14 +72,7 @@ grep -q '^model-id = "from-the-file"' "$WORK/edgelm.toml" || fail "the example h
 "$EDGELM" serve --config "$WORK/edgelm.toml" -m "$WORK/tiny.gguf" --slots 2 --ctx 256 --threads 1 \
   --host 127.0.0.1 --port 0 >"$WORK/serve.log" 2>&1 &
 PID=$!
-port=""
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/serve.log" | head -1)
-  [[ -n "$port" ]] && break
-  kill -0 "$PID" 2>/dev/null || fail "edgelm serve --config (example with every key set) did not start"
-  sleep 0.05
-done
-[[ -n "$port" ]] || fail "edgelm serve --config did not start listening"
+port=$(listen_port "$WORK/serve.log" "$PID") || fail "edgelm serve --config (example with every key set) did not start listening"
 [[ $port != 8080 ]] || fail "--port 0 on the command line did not override port = 8080 in the file"
 curl -sf "http://127.0.0.1:$port/v1/models" | grep -q '"from-the-file"' || fail "model-id from the file not applied"
 grep -q "config $WORK/edgelm.toml" "$WORK/serve.log" || fail "serve does not log the config file it read"

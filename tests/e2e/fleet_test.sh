@@ -17,6 +17,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/e2e/listen_port.sh
+source "$ROOT/tests/e2e/listen_port.sh"
 EDGELM=$(realpath "${1:-$ROOT/build/edgelm}")
 SKIP=77
 T_START=$(date +%s.%N)
@@ -96,17 +98,8 @@ PID_A=$!
 "$EDGELM" serve "${NODE_FLAGS[@]}" --model-id fleet-b >"$WORK/node-b.log" 2>&1 &
 PID_B=$!
 
-node_port() {  # log file -> the port the node listens on (it chose a free one)
-  local port=""
-  for _ in $(seq 100); do
-    port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -1)
-    [[ -n "$port" ]] && { echo "$port"; return 0; }
-    sleep 0.05
-  done
-  return 1
-}
-PORT_A=$(node_port "$WORK/node-a.log") || fail "node a did not start"
-PORT_B=$(node_port "$WORK/node-b.log") || fail "node b did not start"
+PORT_A=$(listen_port "$WORK/node-a.log" "$PID_A") || fail "node a did not start"
+PORT_B=$(listen_port "$WORK/node-b.log" "$PID_B") || fail "node b did not start"
 A="http://127.0.0.1:$PORT_A"
 B="http://127.0.0.1:$PORT_B"
 for u in "$A" "$B"; do

@@ -6,6 +6,8 @@
 set -euo pipefail
 EDGELM="$1"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+# shellcheck source=tests/e2e/listen_port.sh
+source "$ROOT/tests/e2e/listen_port.sh"
 /usr/bin/python3 -c 'import jsonschema' 2>/dev/null || { echo "SKIP: python3-jsonschema is not installed"; exit 77; }
 TMP="$(mktemp -d)"
 cleanup() { [[ -n "${PID:-}" ]] && kill "$PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
@@ -21,12 +23,7 @@ fi
 "$EDGELM" serve -m "$TMP/tiny.gguf" --slots 4 --ctx 512 --port 0 --threads 1 --chat-template chatml \
   --max-slowdown 0 --min-stream-rate 0 --max-ttft-slowdown 0 --queue 8 > "$TMP/log" 2>&1 &
 PID=$!
-for _ in $(seq 1 100); do
-  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/log" | grep -o '[0-9]*$' || true)
-  [[ -n "$PORT" ]] && break
-  sleep 0.1
-done
-[[ -n "${PORT:-}" ]] || { cat "$TMP/log"; echo "server did not start"; exit 1; }
+PORT=$(listen_port "$TMP/log" "$PID") || { cat "$TMP/log"; echo "server did not start"; exit 1; }
 # Sanitizer builds (CI sets their options) run ten times slower: fewer answers.
 N=100
 [[ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]] && N=20

@@ -20,6 +20,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/e2e/listen_port.sh
+source "$ROOT/tests/e2e/listen_port.sh"
 EDGELM=$(realpath "${1:-$ROOT/build/edgelm}")
 OUT="${2:-$ROOT/build}/status-page"
 SKIP=77
@@ -80,13 +82,7 @@ start_server() {  # log file, extra flags... -> sets PORT
   : >"$log"  # the background job opens it later
   "$EDGELM" serve "${FLAGS[@]}" "$@" >"$log" 2>&1 &
   PIDS+=($!)
-  PORT=""
-  for _ in $(seq 200); do
-    PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -1)
-    [[ -n "$PORT" ]] && return 0
-    sleep 0.05
-  done
-  fail "the server did not start (log: $log)"
+  PORT=$(listen_port "$log" "$!") || fail "the server did not start (log: $log)"
 }
 
 browse() {  # url, dom output file

@@ -2,27 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <fstream>
-#include <new>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "alloc_counter.h"
 #include "engine/engine_test_util.h"
 #include "testutil.h"
-
-// Counts every heap allocation in this test binary, to prove the serving
-// loop allocates nothing per token. (GCC cannot see that these replacements
-// pair malloc with free on purpose.)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-static std::atomic<uint64_t> g_allocs{0};
-void* operator new(size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace edgelm {
 namespace {
@@ -315,9 +301,9 @@ TEST(Engine, DecodingAllocatesNothing) {
   ASSERT_TRUE(e->submit(r1, std::vector<int32_t>{1, 9, 8}, p).ok());
   e->wait_for(s0, 20, std::chrono::steady_clock::now() + std::chrono::seconds(10));
   e->wait_for(s1, 20, std::chrono::steady_clock::now() + std::chrono::seconds(10));
-  const uint64_t before = g_allocs.load();
+  const uint64_t before = test::allocations();
   const int n0 = e->wait_for(s0, 300, std::chrono::steady_clock::now() + std::chrono::seconds(30));
-  const uint64_t after = g_allocs.load();
+  const uint64_t after = test::allocations();
   EXPECT_GT(n0, 300);
   EXPECT_EQ(after - before, 0u) << "allocations during ~280 decode steps";
   e->release(r0);
@@ -345,10 +331,10 @@ TEST(Engine, RequestsThatCopyAllocateNothing) {
     e->release(r);
   };
   run(1, kPinnedPrefix);  // warm-up
-  const uint64_t before = g_allocs.load();
+  const uint64_t before = test::allocations();
   run(2, kPinnedPrefix);
   run(0, 2);
-  const uint64_t after = g_allocs.load();
+  const uint64_t after = test::allocations();
   EXPECT_EQ(after - before, 0u);
   EXPECT_EQ(e->reused_tokens(0), static_cast<int>(prompt.size()) - 1);
 }

@@ -189,6 +189,64 @@ TEST(Gate, AServerCancellationIsAnErrorEventNotAStop) {
   EXPECT_EQ(m.by_status[0].load(), 0u);  // not a 200
 }
 
+// A non-streamed answer of 200 tokens (2 s) on a one-slot server with
+// `heartbeat_ms`, cancelled by the server (as a drain timeout does) `after`
+// it started. Returns the response; checks that /metrics counts a 503.
+httplib::Result cancel_non_streamed(int heartbeat_ms, std::chrono::milliseconds after) {
+  LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 10;
+  o.server.heartbeat_ms = heartbeat_ms;
+  LiveServer s(o);
+  auto answer = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/chat/completions", chat_body("long", 200, false), "application/json");
+  });
+  EXPECT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+  std::this_thread::sleep_for(after);
+  s.engine->cancel_all();
+  httplib::Result res = answer.get();
+  const auto& m = s.server->metrics();
+  // Counted once the response is done (after the client has it).
+  EXPECT_TRUE(wait_until([&] { return m.ends[2].load() == 1; }, 5));  // "cancelled"
+  EXPECT_EQ(m.by_status[8].load(), 1u);  // 503
+  EXPECT_EQ(m.by_status[0].load(), 0u);  // not a 200
+  // And an answer that is done within the first interval is an ordinary 200.
+  const auto ok = s.client().Post("/v1/chat/completions", chat_body("short", 3, false), "application/json");
+  EXPECT_TRUE(ok && ok->status == 200 && json::parse(ok->body)["choices"][0]["finish_reason"] == "length");
+  EXPECT_TRUE(wait_until([&] { return m.by_status[0].load() == 1; }, 5));
+  return res;
+}
+
+// The body is OpenAI's error object and nothing else.
+void expect_cancelled_error(const std::string& body) {
+  const json j = json::parse(body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << body;
+  ASSERT_TRUE(j.contains("error")) << body;
+  EXPECT_EQ(j.size(), 1u) << body;
+  EXPECT_EQ(j["error"]["code"], "cancelled") << body;
+  EXPECT_EQ(j["error"]["type"], "server_error") << body;
+  EXPECT_TRUE(j["error"]["message"].is_string()) << body;
+}
+
+// Cancelled after its heartbeats have gone out: the status line (200) is
+// out, so the body says what happened, behind the heartbeats.
+TEST(Gate, ANonStreamedAnswerCancelledAfterItsHeartbeatsIsAnErrorBody) {
+  const auto res = cancel_non_streamed(50, std::chrono::milliseconds(400));
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << "sent before the failure";
+  EXPECT_GT(res->body.find_first_not_of(' '), 0u) << "heartbeats came first: " << res->body;
+  expect_cancelled_error(res->body);
+}
+
+// Cancelled before its first heartbeat was due: nothing had been sent, so
+// it gets its real status code.
+TEST(Gate, ANonStreamedAnswerThatFailsEarlyGetsItsStatusCode) {
+  const auto res = cancel_non_streamed(2000, std::chrono::milliseconds(100));
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503) << res->body;
+  expect_cancelled_error(res->body);
+}
+
 // Many streams on few slots; clients retry on 429; half of them hang up at
 // a random point, right after the last token included. Every client that
 // stays gets exactly its max_tokens and "length", no slot leaks, and the

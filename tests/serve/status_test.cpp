@@ -4,26 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <future>
-#include <new>
 #include <nlohmann/json.hpp>
 
+#include "alloc_counter.h"
 #include "serve/status_ring.h"
 #include "server_fixture.h"
-
-// Counts every heap allocation in this test binary, to prove that recording
-// a second into the ring allocates nothing. (GCC cannot see that these
-// replacements pair malloc with free on purpose.)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-static std::atomic<uint64_t> g_allocs{0};
-void* operator new(size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace edgelm {
 namespace {
@@ -114,13 +100,13 @@ TEST(StatusRing, CountsAdmissionsAndRefusalsPerSecondAndWindowsPercentiles) {
 TEST(StatusRing, RecordingAllocatesNothing) {
   StatusRing ring(300);
   StatusCounters c;
-  const uint64_t before = g_allocs.load();
+  const uint64_t before = test::allocations();
   for (int t = 0; t < 1000; ++t) {  // wraps the ring three times
     c.generated += 10;
     c.ttft[static_cast<size_t>(t % 15)] += 1;
     ring.record(t, 1.0, c);
   }
-  EXPECT_EQ(g_allocs.load(), before);
+  EXPECT_EQ(test::allocations(), before);
   EXPECT_EQ(ring.size(), 300);
 }
 
