@@ -50,7 +50,7 @@ void add_template_command(CLI::App& app) {
     auto choice = serve::ChatRenderer::for_model(*tok, *builtin, *file);
     if (!choice.renderer) return fail(choice.error);
     const serve::GenerationRequest& r = std::get<serve::GenerationRequest>(parsed);
-    auto text = choice.renderer->render(serve::template_messages(r), r.add_generation_prompt);
+    auto text = choice.renderer->render(r);
     if (!text.ok()) return fail(text.message());
     std::fwrite(text->data(), 1, text->size(), stdout);
   });
