@@ -30,20 +30,13 @@ std::string chat_output_events(ChatOutput& out, std::string_view id, int64_t cre
 
 CallFrame call_frame(ToolFormat format, const std::string& name) {
   // Names are plain (openai_request.cpp checks them): no JSON escaping needed.
-  CallFrame f;
   if (format == ToolFormat::Hermes) {
     // As Qwen2.5/Qwen3 templates render a call (tojson's ", " and ": ").
-    f.prefix = "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": ";
-    f.suffix = "}\n</tool_call>";
-    f.joiner = "\n";
-    f.max_calls = kMaxParallelCalls;
-  } else {
-    // As Llama 3.1-3.3 templates render a call; they take one call a turn.
-    f.prefix = "{\"name\": \"" + name + "\", \"parameters\": ";
-    f.suffix = "}";
-    f.max_calls = 1;
+    return CallFrame{fmt::format("<tool_call>\n{{\"name\": \"{}\", \"arguments\": ", name),
+                     std::string("}\n</tool_call>"), std::string("\n"), kMaxParallelCalls};
   }
-  return f;
+  // As Llama 3.1-3.3 templates render a call; they take one call a turn.
+  return CallFrame{fmt::format("{{\"name\": \"{}\", \"parameters\": ", name), std::string("}"), std::string(), 1};
 }
 
 std::variant<ChatAnswerPlan, ApiError> plan_chat_answer(const GenerationRequest& r, const ChatRenderer& tmpl,

@@ -68,11 +68,13 @@ TemplateTraits template_traits(std::string_view source) {
         t.tool_calls = true;
     }
   }
-  if (source.find(kCallOpen) != std::string_view::npos) t.format = ToolFormat::Hermes;
-  else if (source.find("<|start_header_id|>") != std::string_view::npos &&
-           source.find("\"parameters\"") != std::string_view::npos)
+  // <tool_call> around JSON with "name" and "arguments"; not the XML-like
+  // calls some templates put in the same tags (<function=f>, <arg_key>).
+  const auto has = [&](std::string_view s) { return source.find(s) != std::string_view::npos; };
+  if (has(kCallOpen) && has("\"arguments\"") && !has("<function=") && !has("<arg_key>")) t.format = ToolFormat::Hermes;
+  else if (has("<|start_header_id|>") && has("\"parameters\""))
     t.format = ToolFormat::Llama3;
-  t.thinks = source.find(kThinkOpen) != std::string_view::npos;
+  t.thinks = has(kThinkOpen);
   return t;
 }
 

@@ -82,7 +82,7 @@ Result<std::string> ChatRenderer::render(std::span<const tokenizer::ChatMessage>
   ctx.set("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
   ctx.set("bos_token", jinja::Value::string(bos_));
   ctx.set("eos_token", jinja::Value::string(eos_));
-  return jinja_->render(ctx);
+  return jinja_->render(ctx, render_options_);
 }
 
 }  // namespace edgelm::serve
@@ -168,7 +168,7 @@ Result<std::string> ChatRenderer::render(std::span<const ChatMessage> messages, 
   ctx.set("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
   ctx.set("bos_token", jinja::Value::string(bos_));
   ctx.set("eos_token", jinja::Value::string(eos_));
-  return jinja_->render(ctx);
+  return jinja_->render(ctx, render_options_);
 }
 
 }  // namespace edgelm::serve

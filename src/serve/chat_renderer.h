@@ -53,12 +53,15 @@ class ChatRenderer {
   }
   // "jinja" or the hand-written format's name.
   const std::string& name() const { return name_; }
+  // Tests: strftime_now() reads this time (Unix seconds, UTC) instead of the clock.
+  void fix_clock(int64_t unix_seconds) { render_options_.now_unix = unix_seconds; }
   // What the Jinja template does (all false for a hand-written format).
   const TemplateTraits& traits() const { return traits_; }
 
  private:
   std::optional<jinja::Template> jinja_;
   TemplateTraits traits_;
+  jinja::RenderOptions render_options_;
   std::optional<tokenizer::ChatTemplate> builtin_;
   std::string bos_, eos_, name_;
 };

@@ -241,6 +241,12 @@ TEST(ChatOutput, TemplateTraitsOfRealTemplates) {
   t = template_traits(llama);
   EXPECT_TRUE(t.tools);
   EXPECT_EQ(t.format, ToolFormat::Llama3);
+  // <tool_call> holding XML-like calls (Qwen3-Coder): not a format read back.
+  const std::string coder = read_template("Qwen3-Coder.jinja");
+  if (!coder.empty()) {
+    EXPECT_TRUE(template_traits(coder).tools);
+    EXPECT_EQ(template_traits(coder).format, ToolFormat::None);
+  }
   // A template that never reads `tools`, though the word is in its text.
   t = template_traits("{# tools are not supported #}{% for m in messages %}{{ m.content }}{% endfor %}");
   EXPECT_FALSE(t.tools);

@@ -354,7 +354,7 @@ TEST(OpenAiChat, ToolCallsAndResultsInMessages) {
   GenerationRequest r = chat_ok(
       R"({"messages":[{"role":"user","content":"Weather?"},)"
       R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",)"
-      R"("function":{"name":"get_weather","arguments":"{"city": "Paris", "days": 1}"}},)"
+      R"("function":{"name":"get_weather","arguments":"{\"city\": \"Paris\", \"days\": 1}"}},)"
       R"({"id":"call_2","type":"function","function":{"name":"get_time","arguments":{"zone":"CET","a":1}}}]},)"
       R"({"role":"tool","tool_call_id":"call_1","content":"sunny"},)"
       R"({"role":"assistant","content":"Sunny.","reasoning_content":"Easy."}]})");
