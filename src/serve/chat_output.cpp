@@ -33,7 +33,12 @@ size_t partial_tag(std::string_view s, std::string_view tag) {
   return 0;
 }
 
-// Where the JSON object starting at s[at] == '{' ends (one past its '}'), or npos.
+// Calls nested deeper than this are not calls (parsing and printing them
+// recurses; a model can write thousands of '[').
+constexpr int kMaxCallDepth = 64;
+
+// Where the JSON object starting at s[at] == '{' ends (one past its '}'), or
+// npos (also when it nests deeper than kMaxCallDepth).
 size_t object_end(std::string_view s, size_t at) {
   int depth = 0;
   bool in_str = false, esc = false;
@@ -46,7 +51,9 @@ size_t object_end(std::string_view s, size_t at) {
       continue;
     }
     if (c == '"') in_str = true;
-    else if (c == '{' || c == '[') ++depth;
+    else if (c == '{' || c == '[') {
+      if (++depth > kMaxCallDepth) return std::string_view::npos;
+    }
     else if (c == '}' || c == ']') {
       if (--depth == 0) return c == '}' ? i + 1 : std::string_view::npos;
     }

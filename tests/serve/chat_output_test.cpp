@@ -96,6 +96,8 @@ TEST(ChatOutput, MalformedCallsAreContentAsWritten) {
       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": [1]}\n</tool_call>",           // not an object
       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}",                          // cut short
       "<tool_call>\n{\"name\": \"get_time\"} {\"name\": \"get_time\"}\n</tool_call>",      // two in one tag
+      "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"a\": " + std::string(5000, '[') +
+          std::string(5000, ']') + "}}</tool_call>",  // too deep to be a call
   };
   for (const std::string& t : bad) {
     SCOPED_TRACE(t);
