@@ -13,26 +13,28 @@ void FramedConstraint::State::copy_from(const State& o) {
   alive = o.alive;
 }
 
-Result<std::unique_ptr<FramedConstraint>> FramedConstraint::make(std::vector<FrameAlternative> alts,
-                                                                 std::string suffix, std::string joiner,
-                                                                 int max_frames,
-                                                                 std::shared_ptr<const TokenVocab> vocab) {
+Result<std::unique_ptr<FramedConstraint>> FramedConstraint::make(
+    std::vector<FrameAlternative> alts, std::string suffix, std::string joiner, int max_frames,
+    std::shared_ptr<const TokenVocab> vocab) {
   if (alts.empty() || alts.size() > static_cast<size_t>(kMaxAlternatives))
-    return make_error("a framed constraint takes 1 to {} alternatives, got {}", kMaxAlternatives, alts.size());
+    return make_error("a framed constraint takes 1 to {} alternatives, got {}", kMaxAlternatives,
+                      alts.size());
   if (max_frames < 1) return make_error("a framed constraint needs at least one frame");
   for (size_t i = 0; i < alts.size(); ++i) {
-    if (!alts[i].schema || alts[i].schema->root < 0) return make_error("alternative {} has no schema", i);
+    if (!alts[i].schema || alts[i].schema->root < 0)
+      return make_error("alternative {} has no schema", i);
     if (alts[i].prefix.empty()) return make_error("alternative {} has an empty prefix", i);
     for (size_t j = 0; j < alts.size(); ++j)
       if (i != j && alts[j].prefix.starts_with(alts[i].prefix))
         return make_error("the prefix of alternative {} starts the prefix of alternative {}", i, j);
   }
-  return std::unique_ptr<FramedConstraint>(
-      new FramedConstraint(std::move(alts), std::move(suffix), std::move(joiner), max_frames, std::move(vocab)));
+  return std::unique_ptr<FramedConstraint>(new FramedConstraint(
+      std::move(alts), std::move(suffix), std::move(joiner), max_frames, std::move(vocab)));
 }
 
-FramedConstraint::FramedConstraint(std::vector<FrameAlternative> alts, std::string suffix, std::string joiner,
-                                   int max_frames, std::shared_ptr<const TokenVocab> vocab)
+FramedConstraint::FramedConstraint(std::vector<FrameAlternative> alts, std::string suffix,
+                                   std::string joiner, int max_frames,
+                                   std::shared_ptr<const TokenVocab> vocab)
     : alts_(std::move(alts)),
       suffix_(std::move(suffix)),
       joiner_(std::move(joiner)),
@@ -42,12 +44,14 @@ FramedConstraint::FramedConstraint(std::vector<FrameAlternative> alts, std::stri
       first_(*alts_[0].schema),
       trial_(*alts_[0].schema),
       scratch_(*alts_[0].schema) {
-  for (const FrameAlternative& a : alts_) min_value_.push_back(a.schema->nodes[static_cast<size_t>(a.schema->root)].min_bytes);
+  for (const FrameAlternative& a : alts_)
+    min_value_.push_back(a.schema->nodes[static_cast<size_t>(a.schema->root)].min_bytes);
   for (size_t k = 0; k < alts_.size(); ++k) state_.alive.set(k);
 }
 
 int FramedConstraint::prefix_len(const State& s, int k) const {
-  return static_cast<int>(alts_[static_cast<size_t>(k)].prefix.size() + (s.frames > 0 ? joiner_.size() : 0));
+  return static_cast<int>(alts_[static_cast<size_t>(k)].prefix.size() +
+                          (s.frames > 0 ? joiner_.size() : 0));
 }
 
 char FramedConstraint::prefix_byte(const State& s, int k, int pos) const {
@@ -100,7 +104,8 @@ bool FramedConstraint::feed(State& s, uint8_t b) {
       [[fallthrough]];
     }
     case kSuffix: {
-      if (s.pos >= static_cast<int>(suffix_.size()) || static_cast<uint8_t>(suffix_[static_cast<size_t>(s.pos)]) != b)
+      if (s.pos >= static_cast<int>(suffix_.size()) ||
+          static_cast<uint8_t>(suffix_[static_cast<size_t>(s.pos)]) != b)
         return false;
       if (++s.pos == static_cast<int>(suffix_.size())) {
         ++s.frames;

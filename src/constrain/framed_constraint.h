@@ -40,8 +40,9 @@ class FramedConstraint final : public TokenConstraint {
 
   // `alts` non-empty (at most kMaxAlternatives), each schema finished;
   // max_frames >= 1. A prefix that is a prefix of another is an Error.
-  static Result<std::unique_ptr<FramedConstraint>> make(std::vector<FrameAlternative> alts, std::string suffix,
-                                                        std::string joiner, int max_frames,
+  static Result<std::unique_ptr<FramedConstraint>> make(std::vector<FrameAlternative> alts,
+                                                        std::string suffix, std::string joiner,
+                                                        int max_frames,
                                                         std::shared_ptr<const TokenVocab> vocab);
 
   bool allows(int32_t token, int left) override;
@@ -67,8 +68,8 @@ class FramedConstraint final : public TokenConstraint {
     void copy_from(const State& o);
   };
 
-  FramedConstraint(std::vector<FrameAlternative> alts, std::string suffix, std::string joiner, int max_frames,
-                   std::shared_ptr<const TokenVocab> vocab);
+  FramedConstraint(std::vector<FrameAlternative> alts, std::string suffix, std::string joiner,
+                   int max_frames, std::shared_ptr<const TokenVocab> vocab);
   char prefix_byte(const State& s, int k, int pos) const;
   int prefix_len(const State& s, int k) const;
   bool feed(State& s, uint8_t b);

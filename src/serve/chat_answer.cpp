@@ -6,8 +6,9 @@
 
 namespace edgelm::serve {
 
-std::string chat_output_events(ChatOutput& out, std::string_view id, int64_t created, std::string_view model,
-                               std::string_view text, bool end, bool started, bool& first,
+std::string chat_output_events(ChatOutput& out, std::string_view id, int64_t created,
+                               std::string_view model, std::string_view text, bool end,
+                               bool started, bool& first,
                                const std::vector<TokenLogprobOut>* logprobs) {
   std::vector<ChatDelta> ds;
   out.push(text, ds);
@@ -36,17 +37,18 @@ CallFrame call_frame(ToolFormat format, const std::string& name) {
                      std::string("}\n</tool_call>"), std::string("\n"), kMaxParallelCalls};
   }
   // As Llama 3.1-3.3 templates render a call; they take one call a turn.
-  return CallFrame{fmt::format("{{\"name\": \"{}\", \"parameters\": ", name), std::string("}"), std::string(), 1};
+  return CallFrame{fmt::format("{{\"name\": \"{}\", \"parameters\": ", name), std::string("}"),
+                   std::string(), 1};
 }
 
-std::variant<ChatAnswerPlan, ApiError> plan_chat_answer(const GenerationRequest& r, const ChatRenderer& tmpl,
-                                                        std::string_view prompt_text_tail,
-                                                        const std::shared_ptr<const constrain::TokenVocab>& vocab,
-                                                        std::string call_id_base) {
+std::variant<ChatAnswerPlan, ApiError> plan_chat_answer(
+    const GenerationRequest& r, const ChatRenderer& tmpl, std::string_view prompt_text_tail,
+    const std::shared_ptr<const constrain::TokenVocab>& vocab, std::string call_id_base) {
   ChatAnswerPlan plan;
   const TemplateTraits& tr = tmpl.traits();
   const bool tools = !r.tools.empty() && r.tool_choice != ToolChoice::None;
-  const bool forced = tools && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Function);
+  const bool forced =
+      tools && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Function);
   if (!tools && !tr.thinks) return plan;
   OutputOptions o;
   o.thinking = tr.thinks;
@@ -59,9 +61,10 @@ std::variant<ChatAnswerPlan, ApiError> plan_chat_answer(const GenerationRequest&
   }
   if (forced) {
     if (!vocab->has_all_bytes())
-      return invalid_request("this model's vocabulary lacks single-byte tokens, which a forced tool call needs to "
-                             "guarantee the call ends",
-                             "tool_choice", "unsupported_value");
+      return invalid_request(
+          "this model's vocabulary lacks single-byte tokens, which a forced tool call needs to "
+          "guarantee the call ends",
+          "tool_choice", "unsupported_value");
     std::vector<constrain::FrameAlternative> alts;
     CallFrame frame;
     for (const FunctionTool& t : r.tools) {
@@ -70,8 +73,9 @@ std::variant<ChatAnswerPlan, ApiError> plan_chat_answer(const GenerationRequest&
       alts.push_back({frame.prefix, t.schema});
     }
     const int max_calls = r.parallel_tool_calls ? frame.max_calls : 1;
-    auto c = constrain::FramedConstraint::make(std::move(alts), frame.suffix, frame.joiner,
-                                               r.tool_choice == ToolChoice::Function ? 1 : max_calls, vocab);
+    auto c = constrain::FramedConstraint::make(
+        std::move(alts), frame.suffix, frame.joiner,
+        r.tool_choice == ToolChoice::Function ? 1 : max_calls, vocab);
     if (!c.ok()) return ApiError{500, "server_error", "internal_error", c.message(), "tool_choice"};
     plan.min_tokens = (*c)->min_tokens();
     plan.constraint = std::shared_ptr<TokenConstraint>(std::move(c).value());

@@ -18,7 +18,9 @@ constexpr std::string_view kCallOpen = "<tool_call>";
 constexpr std::string_view kCallClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool is_ws(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
 
 size_t first_non_ws(std::string_view s) {
   size_t i = 0;
@@ -45,23 +47,28 @@ size_t object_end(std::string_view s, size_t at) {
   for (size_t i = at; i < s.size(); ++i) {
     const char c = s[i];
     if (in_str) {
-      if (esc) esc = false;
-      else if (c == '\\') esc = true;
-      else if (c == '"') in_str = false;
+      if (esc)
+        esc = false;
+      else if (c == '\\')
+        esc = true;
+      else if (c == '"')
+        in_str = false;
       continue;
     }
-    if (c == '"') in_str = true;
+    if (c == '"')
+      in_str = true;
     else if (c == '{' || c == '[') {
       if (++depth > kMaxCallDepth) return std::string_view::npos;
-    }
-    else if (c == '}' || c == ']') {
+    } else if (c == '}' || c == ']') {
       if (--depth == 0) return c == '}' ? i + 1 : std::string_view::npos;
     }
   }
   return std::string_view::npos;
 }
 
-std::string compact(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+std::string compact(const ojson& j) {
+  return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
 
 }  // namespace
 
@@ -71,14 +78,16 @@ TemplateTraits template_traits(std::string_view source) {
   if (toks.ok()) {
     for (const jinja::Token& k : *toks) {
       if (k.type == jinja::Token::Type::kName && k.text == "tools") t.tools = true;
-      if ((k.type == jinja::Token::Type::kName || k.type == jinja::Token::Type::kString) && k.text == "tool_calls")
+      if ((k.type == jinja::Token::Type::kName || k.type == jinja::Token::Type::kString) &&
+          k.text == "tool_calls")
         t.tool_calls = true;
     }
   }
   // <tool_call> around JSON with "name" and "arguments"; not the XML-like
   // calls some templates put in the same tags (<function=f>, <arg_key>).
   const auto has = [&](std::string_view s) { return source.find(s) != std::string_view::npos; };
-  if (has(kCallOpen) && has("\"arguments\"") && !has("<function=") && !has("<arg_key>")) t.format = ToolFormat::Hermes;
+  if (has(kCallOpen) && has("\"arguments\"") && !has("<function=") && !has("<arg_key>"))
+    t.format = ToolFormat::Hermes;
   else if (has("<|start_header_id|>") && has("\"parameters\""))
     t.format = ToolFormat::Llama3;
   t.thinks = has(kThinkOpen);
@@ -133,9 +142,12 @@ void ChatOutput::content(std::string_view s, std::vector<ChatDelta>& out) {
 bool ChatOutput::add_calls(std::string_view text, std::vector<ChatDelta>& out) {
   std::vector<ParsedToolCall> calls;
   size_t i = first_non_ws(text);
-  if (o_.format == ToolFormat::Llama3 && text.substr(i).starts_with(kPythonTag)) i += kPythonTag.size();
+  if (o_.format == ToolFormat::Llama3 && text.substr(i).starts_with(kPythonTag))
+    i += kPythonTag.size();
   while (true) {
-    while (i < text.size() && (is_ws(text[i]) || (o_.format == ToolFormat::Llama3 && text[i] == ';'))) ++i;
+    while (i < text.size() &&
+           (is_ws(text[i]) || (o_.format == ToolFormat::Llama3 && text[i] == ';')))
+      ++i;
     if (i == text.size()) break;
     if (text[i] != '{') return false;
     if (o_.format == ToolFormat::Hermes && !calls.empty()) return false;  // one call per tag
@@ -147,7 +159,8 @@ bool ChatOutput::add_calls(std::string_view text, std::vector<ChatDelta>& out) {
     auto name = j.find("name");
     if (name == j.end() || !name->is_string()) return false;
     const std::string n = name->get<std::string>();
-    if (std::find(o_.tool_names.begin(), o_.tool_names.end(), n) == o_.tool_names.end()) return false;
+    if (std::find(o_.tool_names.begin(), o_.tool_names.end(), n) == o_.tool_names.end())
+      return false;
     const char* keys[2] = {"arguments", "parameters"};
     if (o_.format == ToolFormat::Llama3) std::swap(keys[0], keys[1]);
     std::optional<ojson> args;
@@ -227,8 +240,10 @@ void ChatOutput::step(std::vector<ChatDelta>& out, bool end) {
           state_ = State::Start;
           continue;
         }
-        if (end) buf_.clear();
-        else buf_.erase(0, text_end);
+        if (end)
+          buf_.clear();
+        else
+          buf_.erase(0, text_end);
         return;
       }
       case State::Content: {
@@ -258,7 +273,8 @@ void ChatOutput::step(std::vector<ChatDelta>& out, bool end) {
           return;
         }
         const std::string_view inner = std::string_view(buf_).substr(0, close);
-        if (!add_calls(inner, out)) content(std::string(kCallOpen) + std::string(inner) + std::string(kCallClose), out);
+        if (!add_calls(inner, out))
+          content(std::string(kCallOpen) + std::string(inner) + std::string(kCallClose), out);
         buf_.erase(0, close + kCallClose.size());
         state_ = State::Content;
         continue;
@@ -288,9 +304,15 @@ AssistantOut join_deltas(const std::vector<ChatDelta>& deltas) {
   AssistantOut a;
   for (const ChatDelta& d : deltas) {
     switch (d.kind) {
-      case ChatDelta::Kind::Content: a.content += d.text; break;
-      case ChatDelta::Kind::Reasoning: a.reasoning += d.text; break;
-      case ChatDelta::Kind::ToolCall: a.tool_calls.push_back(d.call); break;
+      case ChatDelta::Kind::Content:
+        a.content += d.text;
+        break;
+      case ChatDelta::Kind::Reasoning:
+        a.reasoning += d.text;
+        break;
+      case ChatDelta::Kind::ToolCall:
+        a.tool_calls.push_back(d.call);
+        break;
     }
   }
   return a;

@@ -30,10 +30,10 @@ enum class ToolFormat { None, Hermes, Llama3 };
 
 // What a Jinja chat template does, read from its text.
 struct TemplateTraits {
-  bool tools = false;       // reads the `tools` variable (renders tool definitions)
-  bool tool_calls = false;  // renders assistant messages' tool_calls
+  bool tools = false;                    // reads the `tools` variable (renders tool definitions)
+  bool tool_calls = false;               // renders assistant messages' tool_calls
   ToolFormat format = ToolFormat::None;  // how it asks the model to call
-  bool thinks = false;      // <think> ... </think>
+  bool thinks = false;                   // <think> ... </think>
 };
 TemplateTraits template_traits(std::string_view source);
 
@@ -42,7 +42,7 @@ TemplateTraits template_traits(std::string_view source);
 bool prompt_opens_thinking(std::string_view prompt);
 
 struct ParsedToolCall {
-  std::string id;         // call_...
+  std::string id;  // call_...
   std::string name;
   std::string arguments;  // a JSON object, compact
 };
@@ -58,9 +58,9 @@ struct ChatDelta {
 struct OutputOptions {
   ToolFormat format = ToolFormat::None;  // None: no tool calls are looked for
   std::vector<std::string> tool_names;   // the functions offered
-  bool thinking = false;           // <think>...</think> at the start is reasoning
-  bool starts_in_thinking = false;  // the answer begins inside <think>
-  std::string id_base;             // ids are id_base + "_" + index ("call_..." )
+  bool thinking = false;                 // <think>...</think> at the start is reasoning
+  bool starts_in_thinking = false;       // the answer begins inside <think>
+  std::string id_base;                   // ids are id_base + "_" + index ("call_..." )
 };
 
 class ChatOutput {
@@ -81,8 +81,8 @@ class ChatOutput {
 
   OutputOptions o_;
   State state_;
-  std::string buf_;   // text not yet decided
-  std::string ws_;    // content whitespace held back (dropped before a call)
+  std::string buf_;  // text not yet decided
+  std::string ws_;   // content whitespace held back (dropped before a call)
   int calls_ = 0;
   bool reason_start_ = true;  // reasoning's leading whitespace is dropped
   bool think_done_ = false;   // </think> was seen

@@ -65,19 +65,23 @@ void expect_same(const AssistantOut& a, const AssistantOut& b) {
 }
 
 TEST(ChatOutput, HermesCall) {
-  const AssistantOut a = whole(
-      hermes(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>");
+  const AssistantOut a = whole(hermes(),
+                               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                               "\"Paris\", \"days\": 2}}\n</tool_call>");
   EXPECT_EQ(a.content, "");
   ASSERT_EQ(a.tool_calls.size(), 1u);
   EXPECT_EQ(a.tool_calls[0].name, "get_weather");
-  EXPECT_EQ(a.tool_calls[0].arguments, R"({"city":"Paris","days":2})");  // compact, in the model's order
+  EXPECT_EQ(a.tool_calls[0].arguments,
+            R"({"city":"Paris","days":2})");  // compact, in the model's order
   EXPECT_EQ(a.tool_calls[0].id, "call_t_0");
 }
 
 TEST(ChatOutput, HermesSeveralCallsAndText) {
   const std::string text =
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n"
-      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{\\\"zone\\\": \\\"CET\\\"}\"}\n</tool_call>\n";
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Oslo\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{\\\"zone\\\": "
+      "\\\"CET\\\"}\"}\n</tool_call>\n";
   const AssistantOut a = whole(hermes(), text);
   EXPECT_EQ(a.content, "Let me check.");
   ASSERT_EQ(a.tool_calls.size(), 2u);
@@ -90,12 +94,14 @@ TEST(ChatOutput, HermesSeveralCallsAndText) {
 
 TEST(ChatOutput, MalformedCallsAreContentAsWritten) {
   const std::vector<std::string> bad = {
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>",  // not JSON
-      "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>",              // not offered
-      "<tool_call>\n{\"arguments\": {}}\n</tool_call>",                                    // no name
-      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": [1]}\n</tool_call>",           // not an object
-      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}",                          // cut short
-      "<tool_call>\n{\"name\": \"get_time\"} {\"name\": \"get_time\"}\n</tool_call>",      // two in one tag
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>",  // not
+                                                                                             // JSON
+      "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>",     // not offered
+      "<tool_call>\n{\"arguments\": {}}\n</tool_call>",                           // no name
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": [1]}\n</tool_call>",  // not an object
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}",                 // cut short
+      "<tool_call>\n{\"name\": \"get_time\"} {\"name\": \"get_time\"}\n</tool_call>",  // two in one
+                                                                                       // tag
       "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"a\": " + std::string(5000, '[') +
           std::string(5000, ']') + "}}</tool_call>",  // too deep to be a call
   };
@@ -107,9 +113,10 @@ TEST(ChatOutput, MalformedCallsAreContentAsWritten) {
     expect_same(join_deltas(bytewise(hermes(), t)), a);
   }
   // A bad call next to a good one: each is judged on its own.
-  const AssistantOut a = whole(hermes(),
-                               "<tool_call>{\"name\": \"nope\"}</tool_call>\n<tool_call>{\"name\": \"get_time\", "
-                               "\"arguments\": {}}</tool_call>");
+  const AssistantOut a =
+      whole(hermes(),
+            "<tool_call>{\"name\": \"nope\"}</tool_call>\n<tool_call>{\"name\": \"get_time\", "
+            "\"arguments\": {}}</tool_call>");
   ASSERT_EQ(a.tool_calls.size(), 1u);
   EXPECT_EQ(a.tool_calls[0].arguments, "{}");
   EXPECT_EQ(a.content, "<tool_call>{\"name\": \"nope\"}</tool_call>");
@@ -161,9 +168,10 @@ TEST(ChatOutput, Llama3Calls) {
   ASSERT_EQ(a.tool_calls.size(), 2u);
   EXPECT_EQ(a.tool_calls[1].name, "get_time");
 
-  for (const std::string& t : {std::string("The weather is fine."), std::string(R"({"answer": 42})"),
-                              std::string(R"({"name": "get_weather", "parameters": {"city": "Ro)"),
-                              one + " and some words"}) {
+  for (const std::string& t :
+       {std::string("The weather is fine."), std::string(R"({"answer": 42})"),
+        std::string(R"({"name": "get_weather", "parameters": {"city": "Ro)"),
+        one + " and some words"}) {
     SCOPED_TRACE(t);
     a = whole(llama3(), t);
     EXPECT_TRUE(a.tool_calls.empty());
@@ -204,7 +212,8 @@ TEST(ChatOutput, Thinking) {
   OutputOptions both = hermes();
   both.thinking = true;
   const std::string t2 =
-      "<think>\nNeed the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>";
+      "<think>\nNeed the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+      "\"arguments\": {}}\n</tool_call>";
   a = whole(both, t2);
   EXPECT_EQ(a.reasoning, "Need the weather.");
   EXPECT_EQ(a.content, "");
@@ -219,7 +228,8 @@ TEST(ChatOutput, PromptOpensThinking) {
 }
 
 std::string read_template(const std::string& name) {
-  const std::filesystem::path p = std::filesystem::path(EDGELM_SOURCE_DIR) / "assets" / "templates" / name;
+  const std::filesystem::path p =
+      std::filesystem::path(EDGELM_SOURCE_DIR) / "assets" / "templates" / name;
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
@@ -250,7 +260,8 @@ TEST(ChatOutput, TemplateTraitsOfRealTemplates) {
     EXPECT_EQ(template_traits(coder).format, ToolFormat::None);
   }
   // A template that never reads `tools`, though the word is in its text.
-  t = template_traits("{# tools are not supported #}{% for m in messages %}{{ m.content }}{% endfor %}");
+  t = template_traits(
+      "{# tools are not supported #}{% for m in messages %}{{ m.content }}{% endfor %}");
   EXPECT_FALSE(t.tools);
   EXPECT_FALSE(t.tool_calls);
   EXPECT_EQ(t.format, ToolFormat::None);

@@ -34,7 +34,8 @@ std::shared_ptr<const constrain::Schema> schema_of(const char* text) {
 
 constexpr const char* kWeatherParams =
     R"({"type":"object","properties":{"city":{"type":"string","maxLength":12},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city"]})";
-constexpr const char* kTimeParams = R"({"type":"object","properties":{"zone":{"enum":["UTC","CET"]}},"required":["zone"]})";
+constexpr const char* kTimeParams =
+    R"({"type":"object","properties":{"zone":{"enum":["UTC","CET"]}},"required":["zone"]})";
 
 std::string read_text(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -57,25 +58,33 @@ TEST(FramedConstraint, StepsThroughPrefixValueSuffix) {
   auto vocab = std::make_shared<const constrain::TokenVocab>(e->tokenizer());
   const CallFrame w = call_frame(ToolFormat::Hermes, "get_weather");
   const CallFrame t = call_frame(ToolFormat::Hermes, "get_time");
-  auto c = constrain::FramedConstraint::make({{w.prefix, schema_of(kWeatherParams)}, {t.prefix, schema_of(kTimeParams)}},
-                                             w.suffix, w.joiner, 2, vocab);
+  auto c = constrain::FramedConstraint::make(
+      {{w.prefix, schema_of(kWeatherParams)}, {t.prefix, schema_of(kTimeParams)}}, w.suffix,
+      w.joiner, 2, vocab);
   ASSERT_TRUE(c.ok()) << c.message();
   constrain::FramedConstraint& fc = **c;
   // The shortest output: the shorter prefix, {"zone":"UTC"}, the suffix.
-  EXPECT_EQ(fc.min_tokens(), static_cast<int>(t.prefix.size() + std::string(R"({"zone":"UTC"})").size() + t.suffix.size()));
+  EXPECT_EQ(fc.min_tokens(),
+            static_cast<int>(t.prefix.size() + std::string(R"({"zone":"UTC"})").size() +
+                             t.suffix.size()));
   EXPECT_FALSE(fc.complete());
   EXPECT_FALSE(fc.advance("<tool_call>\n{\"name\": \"get_date\""));  // not a function offered
-  auto c2 = constrain::FramedConstraint::make({{w.prefix, schema_of(kWeatherParams)}, {t.prefix, schema_of(kTimeParams)}},
-                                              w.suffix, w.joiner, 2, vocab);
+  auto c2 = constrain::FramedConstraint::make(
+      {{w.prefix, schema_of(kWeatherParams)}, {t.prefix, schema_of(kTimeParams)}}, w.suffix,
+      w.joiner, 2, vocab);
   constrain::FramedConstraint& f2 = **c2;
-  ASSERT_TRUE(f2.advance("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</tool_call>"));
+  ASSERT_TRUE(f2.advance(
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</tool_call>"));
   EXPECT_TRUE(f2.complete());
   EXPECT_FALSE(f2.done());  // a second call may follow
-  EXPECT_FALSE(f2.advance("\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}"));  // city is required
+  EXPECT_FALSE(f2.advance(
+      "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}"));  // city is
+                                                                                    // required
   // A prefix that starts another is refused (the alternatives could not be told apart).
-  EXPECT_FALSE(constrain::FramedConstraint::make({{"ab", schema_of(kTimeParams)}, {"abc", schema_of(kTimeParams)}}, "",
-                                                 "", 1, vocab)
-                   .ok());
+  EXPECT_FALSE(
+      constrain::FramedConstraint::make(
+          {{"ab", schema_of(kTimeParams)}, {"abc", schema_of(kTimeParams)}}, "", "", 1, vocab)
+          .ok());
 }
 
 // Noise weights under the constraint: every answer is whole calls that the
@@ -92,8 +101,8 @@ void noise_calls(ToolFormat format, int max_frames, int answers) {
     const CallFrame w = call_frame(format, "get_weather");
     const CallFrame t = call_frame(format, "get_time");
     auto c = constrain::FramedConstraint::make(
-        {{w.prefix, schema_of(kWeatherParams)}, {t.prefix, schema_of(kTimeParams)}}, w.suffix, w.joiner,
-        std::min(max_frames, w.max_calls), vocab);
+        {{w.prefix, schema_of(kWeatherParams)}, {t.prefix, schema_of(kTimeParams)}}, w.suffix,
+        w.joiner, std::min(max_frames, w.max_calls), vocab);
     ASSERT_TRUE(c.ok());
     GenerateParams p;
     p.sampling.temperature = 1.0f;
@@ -137,8 +146,12 @@ void noise_calls(ToolFormat format, int max_frames, int answers) {
   EXPECT_GE(calls, answers);
 }
 
-TEST(FramedConstraint, NoiseModelWritesValidHermesCalls) { noise_calls(ToolFormat::Hermes, 3, 8); }
-TEST(FramedConstraint, NoiseModelWritesOneValidLlama3Call) { noise_calls(ToolFormat::Llama3, 1, 6); }
+TEST(FramedConstraint, NoiseModelWritesValidHermesCalls) {
+  noise_calls(ToolFormat::Hermes, 3, 8);
+}
+TEST(FramedConstraint, NoiseModelWritesOneValidLlama3Call) {
+  noise_calls(ToolFormat::Llama3, 1, 6);
+}
 
 // ---------------------------------------------------------------------------
 // Rendering through real templates, against python3-jinja2
@@ -169,13 +182,15 @@ const char* kToolConversation = R"({
 // What the template is given for that request, built the way Hugging Face
 // users build it: the same JSON with each call's arguments parsed into an
 // object and null content as "".
-ojson python_context(const ojson& body, const std::string& bos, const std::string& eos, bool with_tools) {
+ojson python_context(const ojson& body, const std::string& bos, const std::string& eos,
+                     bool with_tools) {
   ojson ctx = ojson::object();
   ojson msgs = body["messages"];
   for (auto& m : msgs) {
     if (m.contains("content") && m["content"].is_null()) m["content"] = "";
     if (m.contains("tool_calls"))
-      for (auto& c : m["tool_calls"]) c["function"]["arguments"] = ojson::parse(c["function"]["arguments"].get<std::string>());
+      for (auto& c : m["tool_calls"])
+        c["function"]["arguments"] = ojson::parse(c["function"]["arguments"].get<std::string>());
   }
   if (body.contains("chat_template_kwargs"))
     for (auto& [k, v] : body["chat_template_kwargs"].items()) ctx[k] = v;
@@ -187,7 +202,9 @@ ojson python_context(const ojson& body, const std::string& bos, const std::strin
   return ctx;
 }
 
-bool have_jinja2() { return std::system("/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1") == 0; }
+bool have_jinja2() {
+  return std::system("/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1") == 0;
+}
 
 std::string run(const std::string& cmd) {
   std::string out;
@@ -210,7 +227,8 @@ TEST(ToolRendering, RealTemplatesRenderRequestsAsJinja2Does) {
   const std::vector<std::string> llama = {"meta-llama-Llama-3.1-8B-Instruct.jinja",
                                           "meta-llama-Llama-3.2-3B-Instruct.jinja",
                                           "meta-llama-Llama-3.3-70B-Instruct.jinja"};
-  if (!fs::exists(template_path(names[0]))) GTEST_SKIP() << "assets/templates/ not fetched (scripts/fetch-test-assets.sh)";
+  if (!fs::exists(template_path(names[0])))
+    GTEST_SKIP() << "assets/templates/ not fetched (scripts/fetch-test-assets.sh)";
   auto file = gguf::File::open(test::tiny_model_path());
   ASSERT_TRUE(file.ok());
   auto tok = tokenizer::Tokenizer::from_gguf(*file);
@@ -241,18 +259,21 @@ TEST(ToolRendering, RealTemplatesRenderRequestsAsJinja2Does) {
     renderer->fix_clock(1721995200);  // 2024-07-26 12:00:00 UTC, the oracle's clock
     ojson convs = ojson::array();
     for (const Case& c : cases)
-      convs.push_back({{"name", c.name}, {"context", python_context(c.body, bos, eos, c.with_tools)}});
+      convs.push_back(
+          {{"name", c.name}, {"context", python_context(c.body, bos, eos, c.with_tools)}});
     const std::string conv_path = test::temp_path("tool-render-convs.json");
     std::ofstream(conv_path, std::ios::binary) << convs.dump();
-    const std::string oracle = (fs::path(EDGELM_SOURCE_DIR) / "tests" / "template" / "jinja_oracle.py").string();
-    const json want = json::parse(run("/usr/bin/python3 '" + oracle + "' '" + template_path(tname).string() + "' '" +
-                                      conv_path + "'"),
+    const std::string oracle =
+        (fs::path(EDGELM_SOURCE_DIR) / "tests" / "template" / "jinja_oracle.py").string();
+    const json want = json::parse(run("/usr/bin/python3 '" + oracle + "' '" +
+                                      template_path(tname).string() + "' '" + conv_path + "'"),
                                   nullptr, false);
     ASSERT_TRUE(want.is_array() && want.size() == cases.size()) << tname;
     for (size_t i = 0; i < cases.size(); ++i) {
       SCOPED_TRACE(tname + " [" + cases[i].name + "]");
       auto parsed = parse_chat_request(cases[i].body.dump(), RequestLimits{});
-      ASSERT_TRUE(std::holds_alternative<GenerationRequest>(parsed)) << std::get<ApiError>(parsed).message;
+      ASSERT_TRUE(std::holds_alternative<GenerationRequest>(parsed))
+          << std::get<ApiError>(parsed).message;
       auto got = renderer->render(std::get<GenerationRequest>(parsed));
       if (!want[i]["ok"].get<bool>()) {
         EXPECT_FALSE(got.ok()) << "jinja2 fails (" << want[i]["error"] << ") but edgelm renders";
@@ -264,7 +285,9 @@ TEST(ToolRendering, RealTemplatesRenderRequestsAsJinja2Does) {
     }
   };
   for (const std::string& n : names)
-    check(n, {{"tools", full, true}, {"thinking", thinking, true}, {"tool_choice_none", no_tools, false}});
+    check(n, {{"tools", full, true},
+              {"thinking", thinking, true},
+              {"tool_choice_none", no_tools, false}});
   for (const std::string& n : llama) check(n, {{"one_call", single, true}});
   EXPECT_GE(compared, 15);
 }
@@ -273,13 +296,14 @@ TEST(ToolRendering, RealTemplatesRenderRequestsAsJinja2Does) {
 // The live server
 
 std::string weather_tools() {
-  return ojson::array({{{"type", "function"},
-                        {"function",
-                         {{"name", "get_weather"},
-                          {"description", "Weather for a city."},
-                          {"parameters", ojson::parse(kWeatherParams)}}}},
-                       {{"type", "function"},
-                        {"function", {{"name", "get_time"}, {"parameters", ojson::parse(kTimeParams)}}}}})
+  return ojson::array(
+             {{{"type", "function"},
+               {"function",
+                {{"name", "get_weather"},
+                 {"description", "Weather for a city."},
+                 {"parameters", ojson::parse(kWeatherParams)}}}},
+              {{"type", "function"},
+               {"function", {{"name", "get_time"}, {"parameters", ojson::parse(kTimeParams)}}}}})
       .dump();
 }
 
@@ -293,8 +317,9 @@ test::LiveServer::Options qwen_server() {
 
 // A request with the two tools; `extra` (",\"key\":value,...") adds or replaces fields.
 json chat_body(const std::string& extra) {
-  json b = json::parse(R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200,"tools":)" +
-                       weather_tools() + "}");
+  json b = json::parse(
+      R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200,"tools":)" +
+      weather_tools() + "}");
   if (!extra.empty()) b.update(json::parse("{" + extra.substr(1) + "}"));
   return b;
 }
@@ -309,15 +334,18 @@ void expect_valid_calls(const json& calls, const std::string& only = "") {
     if (!only.empty()) {
       EXPECT_EQ(name, only);
     }
-    const json args = json::parse(c["function"]["arguments"].get<std::string>());  // a string of JSON
+    const json args =
+        json::parse(c["function"]["arguments"].get<std::string>());  // a string of JSON
     EXPECT_TRUE(args.contains(name == "get_weather" ? "city" : "zone")) << c;
   }
 }
 
 TEST(ToolServer, RequiredGivesToolCalls) {
-  if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja"))) GTEST_SKIP() << "assets/templates/ not fetched";
+  if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja")))
+    GTEST_SKIP() << "assets/templates/ not fetched";
   test::LiveServer s(qwen_server());
-  auto r = s.client().Post("/v1/chat/completions", chat_body(R"(,"tool_choice":"required","seed":3)").dump(),
+  auto r = s.client().Post("/v1/chat/completions",
+                           chat_body(R"(,"tool_choice":"required","seed":3)").dump(),
                            "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -327,9 +355,10 @@ TEST(ToolServer, RequiredGivesToolCalls) {
   expect_valid_calls(j["choices"][0]["message"]["tool_calls"]);
 
   // A function by name, one call only.
-  r = s.client().Post("/v1/chat/completions",
-                      chat_body(R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})").dump(),
-                      "application/json");
+  r = s.client().Post(
+      "/v1/chat/completions",
+      chat_body(R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})").dump(),
+      "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   const json n = json::parse(r->body);
@@ -339,7 +368,8 @@ TEST(ToolServer, RequiredGivesToolCalls) {
 }
 
 TEST(ToolServer, StreamedToolCallsComeAsDeltas) {
-  if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja"))) GTEST_SKIP() << "assets/templates/ not fetched";
+  if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja")))
+    GTEST_SKIP() << "assets/templates/ not fetched";
   test::LiveServer s(qwen_server());
   json body = chat_body(R"(,"tool_choice":"required","seed":5,"stream":true)");
   auto r = s.client().Post("/v1/chat/completions", body.dump(), "application/json");
@@ -362,14 +392,18 @@ TEST(ToolServer, StreamedToolCallsComeAsDeltas) {
     const json& ch = c["choices"][0];
     if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
     const json& d = ch["delta"];
-    EXPECT_FALSE(d.contains("content") && d["content"].is_string() && !d["content"].get<std::string>().empty())
+    EXPECT_FALSE(d.contains("content") && d["content"].is_string() &&
+                 !d["content"].get<std::string>().empty())
         << "content in a forced call: " << data;
     if (!d.contains("tool_calls")) continue;
     for (const json& tc : d["tool_calls"]) {
       const size_t i = tc["index"];
       if (i == calls.size()) {
-        ASSERT_TRUE(tc.contains("id") && tc.contains("type") && tc["function"].contains("name")) << data;
-        calls.push_back({{"id", tc["id"]}, {"type", tc["type"]}, {"function", {{"name", tc["function"]["name"]}, {"arguments", ""}}}});
+        ASSERT_TRUE(tc.contains("id") && tc.contains("type") && tc["function"].contains("name"))
+            << data;
+        calls.push_back({{"id", tc["id"]},
+                         {"type", tc["type"]},
+                         {"function", {{"name", tc["function"]["name"]}, {"arguments", ""}}}});
       }
       ASSERT_LT(i, calls.size()) << data;
       if (tc["function"].contains("arguments"))
@@ -384,9 +418,11 @@ TEST(ToolServer, StreamedToolCallsComeAsDeltas) {
 }
 
 TEST(ToolServer, AutoOnNoiseIsContentOrCalls) {
-  if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja"))) GTEST_SKIP() << "assets/templates/ not fetched";
+  if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja")))
+    GTEST_SKIP() << "assets/templates/ not fetched";
   test::LiveServer s(qwen_server());
-  auto r = s.client().Post("/v1/chat/completions", chat_body(R"(,"max_tokens":12)").dump(), "application/json");
+  auto r = s.client().Post("/v1/chat/completions", chat_body(R"(,"max_tokens":12)").dump(),
+                           "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   const json m = json::parse(r->body)["choices"][0]["message"];
@@ -395,18 +431,75 @@ TEST(ToolServer, AutoOnNoiseIsContentOrCalls) {
   r = s.client().Post("/apply-template", chat_body("").dump(), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  // (this body's keys are sorted: nlohmann::json wrote it so, and the prompt keeps the body's order)
+  // (this body's keys are sorted: nlohmann::json wrote it so, and the prompt keeps the body's
+  // order)
   EXPECT_NE(json::parse(r->body)["prompt"].get<std::string>().find(
-                "<tools>\n{\"function\": {\"description\": \"Weather for a city.\", \"name\": \"get_weather\""),
+                "<tools>\n{\"function\": {\"description\": \"Weather for a city.\", \"name\": "
+                "\"get_weather\""),
             std::string::npos)
       << r->body;
+}
+
+TEST(ToolServer, ThinkingTemplates) {
+  const fs::path qwen3 = template_path("Qwen-Qwen3-0.6B.jinja");
+  if (!fs::exists(qwen3)) GTEST_SKIP() << "assets/templates/ not fetched";
+  test::LiveServer::Options o;
+  o.ctx = 1024;
+  o.server.chat_template = "";
+  o.server.chat_template_file = qwen3.string();
+  test::LiveServer s(o);
+  // enable_thinking reaches the template: Qwen3 then closes the thinking itself.
+  json body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  auto r = s.client().Post("/apply-template", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["prompt"],
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  // An earlier turn's reasoning_content is rendered where the template puts it.
+  body = {{"messages",
+           {{{"role", "user"}, {"content", "Hi"}},
+            {{"role", "assistant"}, {"content", "Hello."}, {"reasoning_content", "Greet back."}},
+            {{"role", "tool"}, {"content", "x"}}}}};
+  r = s.client().Post("/apply-template", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(json::parse(r->body)["prompt"].get<std::string>().find(
+                "<think>\nGreet back.\n</think>\n\nHello."),
+            std::string::npos)
+      << r->body;
+  // Answers of a thinking template go through the parser: streamed and not, they agree.
+  body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+          {"max_tokens", 16},
+          {"seed", 4},
+          {"temperature", 0}};
+  r = s.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json whole = json::parse(r->body)["choices"][0]["message"];
+  body["stream"] = true;
+  r = s.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  std::string content, reasoning;
+  std::istringstream in(r->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    const json d = json::parse(line.substr(6))["choices"][0]["delta"];
+    if (d.contains("content") && d["content"].is_string())
+      content += d["content"].get<std::string>();
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+  }
+  EXPECT_EQ(content, whole["content"].get<std::string>());
+  EXPECT_EQ(reasoning, whole.value("reasoning_content", std::string()));
+  EXPECT_TRUE(s.wait_idle());
 }
 
 TEST(ToolServer, TemplatesWithoutToolSupportRefuseTools) {
   // A template that never reads `tools`: the tools would be dropped silently.
   const std::string plain = test::temp_path("no-tools.jinja");
   std::ofstream(plain, std::ios::binary)
-      << "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
+      << "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if "
+         "add_generation_prompt %}<assistant>{% endif %}";
   test::LiveServer::Options o;
   o.server.chat_template = "";
   o.server.chat_template_file = plain;
@@ -419,7 +512,8 @@ TEST(ToolServer, TemplatesWithoutToolSupportRefuseTools) {
       EXPECT_NE(r->body.find("does not support tools"), std::string::npos) << r->body;
     }
     // tool_choice none: the tools are not shown, so nothing is dropped.
-    auto r = s.client().Post("/v1/chat/completions", chat_body(R"(,"tool_choice":"none","max_tokens":2)").dump(),
+    auto r = s.client().Post("/v1/chat/completions",
+                             chat_body(R"(,"tool_choice":"none","max_tokens":2)").dump(),
                              "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
