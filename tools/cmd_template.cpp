@@ -27,7 +27,7 @@ void add_template_command(CLI::App& app) {
   cmd->add_option("--chat-template-file", *file, "A Jinja chat template file to use instead of the model's");
   cmd->add_option("--chat-template", *builtin, "A built-in format instead: chatml, llama3, llama2, mistral, zephyr");
   cmd->add_option("--messages", *messages,
-                  "JSON file holding a chat request body: {\"messages\": [...], \"add_generation_prompt\": true}")
+                  "JSON file holding a chat request body: {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true}")
       ->required();
   cmd->callback([=] {
     auto fail = [](const std::string& what) {
@@ -50,7 +50,7 @@ void add_template_command(CLI::App& app) {
     auto choice = serve::ChatRenderer::for_model(*tok, *builtin, *file);
     if (!choice.renderer) return fail(choice.error);
     const serve::GenerationRequest& r = std::get<serve::GenerationRequest>(parsed);
-    auto text = choice.renderer->render(serve::template_messages(r), r.add_generation_prompt);
+    auto text = choice.renderer->render(r);
     if (!text.ok()) return fail(text.message());
     std::fwrite(text->data(), 1, text->size(), stdout);
   });

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "core/status.h"
+#include "serve/chat_output.h"
+#include "serve/openai.h"
 #include "template/template.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -36,11 +38,30 @@ class ChatRenderer {
   // that raises (raise_exception, a role it does not accept) is an error
   // with the template's message.
   Result<std::string> render(std::span<const tokenizer::ChatMessage> messages, bool add_generation_prompt) const;
+  // A chat request's prompt: `messages` (tool calls and tool results among
+  // them) with the request's tools and chat_template_kwargs. Tool-call
+  // arguments reach the template as objects, parsed from their JSON text in
+  // its key order. Refused (an Error saying why) where the template cannot
+  // show what the request holds: tools for a template that does not read
+  // `tools` or whose call format the server cannot parse back, tool calls
+  // for one that does not render them, any of these for a hand-written format.
+  // With tool_choice "none" the tools are not shown to the model.
+  Result<std::string> render(std::span<const ChatMessage> messages, const GenerationRequest& r,
+                             bool add_generation_prompt) const;
+  Result<std::string> render(const GenerationRequest& r) const {
+    return render(r.messages, r, r.add_generation_prompt);
+  }
   // "jinja" or the hand-written format's name.
   const std::string& name() const { return name_; }
+  // Tests: strftime_now() reads this time (Unix seconds, UTC) instead of the clock.
+  void fix_clock(int64_t unix_seconds) { render_options_.now_unix = unix_seconds; }
+  // What the Jinja template does (all false for a hand-written format).
+  const TemplateTraits& traits() const { return traits_; }
 
  private:
   std::optional<jinja::Template> jinja_;
+  TemplateTraits traits_;
+  jinja::RenderOptions render_options_;
   std::optional<tokenizer::ChatTemplate> builtin_;
   std::string bos_, eos_, name_;
 };

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "serve/chat_output.h"
 
 namespace edgelm::constrain {
 struct Schema;
@@ -54,10 +55,37 @@ std::string error_json(const ApiError& e);
 // ---------------------------------------------------------------------------
 // Requests
 
-struct ChatMessage {
-  std::string role;     // "system", "user" or "assistant" ("developer" is mapped to "system")
-  std::string content;  // text parts concatenated
+// One call an assistant message made, as the client sends it back.
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text of an object (OpenAI sends a string); the template gets the object
 };
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant" or "tool" ("developer" is mapped to "system")
+  std::string content;  // text parts concatenated
+  std::vector<ToolCall> tool_calls;  // assistant
+  std::string tool_call_id;          // tool: the call this is the result of
+  std::string name;                  // tool (and function-style clients): the function's name
+  std::string reasoning_content;     // assistant: its thinking, for templates that render it
+};
+
+// A function the model may call (tools[i] with type "function").
+struct FunctionTool {
+  std::string name;
+  // The whole tools[i] object as compact JSON, keys in the order sent (what
+  // the template's `tools` holds, as Python's json.loads would give it).
+  std::string json;
+  // The parameters' JSON Schema as compact JSON ({"type":"object","properties":{}} when absent).
+  std::string parameters;
+  // Compiled only when the call is constrained (tool_choice required or this
+  // function by name): what its arguments must be.
+  std::shared_ptr<const constrain::Schema> schema;
+};
+
+// tool_choice: what the model may or must do with `tools`.
+enum class ToolChoice { Auto, None, Required, Function };
 
 // OpenAI's sampling defaults (temperature 1, no top-k / top-p / min-p truncation,
 // no penalties), which differ from SamplingParams' own command-line defaults.
@@ -88,6 +116,14 @@ struct GenerationRequest {
   // (null: free text). Compiled here; the server makes the token constraint.
   std::shared_ptr<const constrain::Schema> schema;
   std::string response_format = "text";  // "text", "json_object" or "json_schema"
+  // Chat: tools (see docs/tools.md). Without tools, tool_choice is None.
+  std::vector<FunctionTool> tools;
+  ToolChoice tool_choice = ToolChoice::None;
+  std::string tool_choice_name;      // ToolChoice::Function: the function
+  bool parallel_tool_calls = true;   // false: at most one call per answer
+  // chat_template_kwargs: extra variables for the template (enable_thinking,
+  // ...), a JSON object as compact text, keys in the order sent ("" = none).
+  std::string template_kwargs;
 };
 
 struct RequestLimits {
@@ -108,6 +144,7 @@ using ParsedRequest = std::variant<GenerationRequest, ApiError>;
 inline constexpr int kMaxJsonDepth = 64;
 inline constexpr int kMaxStop = 16;
 inline constexpr int kMaxTopLogprobs = 20;
+inline constexpr int kMaxTools = 128;  // tools per request, and calls per message
 
 // POST /v1/chat/completions. Fields read: messages, model, max_tokens,
 // max_completion_tokens, temperature, top_p, top_k*, min_p*, presence_penalty,
@@ -116,8 +153,12 @@ inline constexpr int kMaxTopLogprobs = 20;
 // "json_object", "json_schema": see serve/json_schema.h for the schema
 // keywords; a keyword that is not enforced is a 400 naming it, and 'stop'
 // cannot be combined with a JSON format), user, ignore_eos* (* non-standard,
-// as llama-server). tools / tool_choice /
-// functions / function_call / logit_bias are refused unless empty or "none".
+// as llama-server), tools, tool_choice ("auto", "none", "required" or
+// {"type":"function","function":{"name":...}}), parallel_tool_calls,
+// chat_template_kwargs* (an object of extra template variables, e.g.
+// enable_thinking). Messages may be assistant turns with tool_calls and
+// "tool" results. functions / function_call (the deprecated forms) and
+// logit_bias are refused unless empty or "none".
 // Any other field is ignored; a null value counts as absent.
 ParsedRequest parse_chat_request(std::string_view body, const RequestLimits& limits);
 
@@ -164,6 +205,23 @@ std::string chat_chunk_json(std::string_view id, int64_t created, std::string_vi
                             std::string_view delta_content, bool first,
                             std::string_view finish_reason,
                             const std::vector<TokenLogprobOut>* logprobs = nullptr);
+
+// With tools or thinking (chat_output.h): choices[0].message {role,
+// content (null when the answer is only tool calls), reasoning_content (when
+// the model thought), tool_calls [{id, type: "function", function: {name,
+// arguments (a JSON string)}}] (when it called)}.
+std::string chat_completion_json(std::string_view id, int64_t created, std::string_view model,
+                                 const AssistantOut& message, std::string_view finish_reason,
+                                 const Usage& usage,
+                                 const std::vector<TokenLogprobOut>* logprobs = nullptr);
+
+// A chunk for one delta of a parsed answer: {content}, {reasoning_content}
+// or, for a call, {tool_calls: [{index, id, type, function: {name,
+// arguments: ""}}]} with `call_head`, else {tool_calls: [{index, function:
+// {arguments}}]}. `first`: the delta also carries role "assistant".
+std::string chat_delta_chunk_json(std::string_view id, int64_t created, std::string_view model,
+                                  const ChatDelta& d, bool call_head, bool first,
+                                  const std::vector<TokenLogprobOut>* logprobs = nullptr);
 
 // The extra last chunk for stream_options.include_usage: choices [] and usage.
 std::string usage_chunk_json(std::string_view id, int64_t created, std::string_view model,

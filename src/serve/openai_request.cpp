@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -462,6 +463,71 @@ Err read_common(const json& body, GenerationRequest& req) {
 // ---------------------------------------------------------------------------
 // Chat
 
+// An optional string member `key` of `obj`, named "<path>.<key>" in errors.
+Err read_string_at(const json& obj, const char* key, const std::string& path, std::string& out) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  const std::string p = path + "." + key;
+  if (!v->is_string()) return must_be(p, "a string", *v, false);
+  out = v->get<std::string>();
+  return std::nullopt;
+}
+
+// OpenAI's rule for function names (dots allowed too, as some clients use them).
+bool valid_function_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
+  return true;
+}
+
+constexpr std::string_view kNameRule = "a function name (1 to 64 of a-z, A-Z, 0-9, '_', '-', '.')";
+
+// An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}].
+// arguments is a JSON string of an object (OpenAI's form); an object is taken too.
+Err read_tool_calls(const json& v, const std::string& path, std::vector<ToolCall>& out) {
+  if (!v.is_array()) return must_be(path, "an array of tool calls", v, false);
+  if (v.size() > static_cast<size_t>(kMaxTools))
+    return invalid_request(fmt::format("'{}' has {} calls; at most {} are allowed", path, v.size(), kMaxTools), path);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& c = v[i];
+    const std::string p = fmt::format("{}[{}]", path, i);
+    if (!c.is_object()) return must_be(p, "an object", c, false);
+    ToolCall call;
+    EDGELM_API_TRY(read_string_at(c, "id", p, call.id));
+    if (const json* t = field(c, "type"); t && *t != "function")
+      return must_be(p + ".type", "'function'", *t, t->is_string());
+    const json* f = field(c, "function");
+    if (!f)
+      return invalid_request(fmt::format("'{}.function' is required", p), p + ".function", "missing_required_parameter");
+    if (!f->is_object()) return must_be(p + ".function", "an object", *f, false);
+    const json* name = field(*f, "name");
+    if (!name)
+      return invalid_request(fmt::format("'{}.function.name' is required", p), p + ".function.name",
+                             "missing_required_parameter");
+    if (!name->is_string()) return must_be(p + ".function.name", "a string", *name, false);
+    call.name = name->get<std::string>();
+    const json* args = field(*f, "arguments");
+    const std::string apath = p + ".function.arguments";
+    if (!args) {
+      call.arguments = "{}";
+    } else if (args->is_string()) {
+      // The text as sent (its keys' order is the order the template shows).
+      const std::string& a = args->get_ref<const std::string&>();
+      const json parsed = json::parse(a, nullptr, false);
+      if (parsed.is_discarded() || !parsed.is_object())
+        return invalid_request(fmt::format("'{}' must be a JSON object encoded as a string", apath), apath);
+      call.arguments = a;
+    } else if (args->is_object()) {
+      call.arguments.clear();  // filled from the ordered document (read_ordered_arguments)
+    } else {
+      return must_be(apath, "a JSON object encoded as a string", *args, false);
+    }
+    out.push_back(std::move(call));
+  }
+  return std::nullopt;
+}
+
 // A message's content: a string, or an array of text parts concatenated.
 Err read_content(const json& msg, const std::string& path, bool assistant, const RequestLimits& lim,
                  std::string& out) {
@@ -538,35 +604,50 @@ Err read_messages(const json& body, const RequestLimits& lim, GenerationRequest&
       return invalid_request(fmt::format("'{}' is required", rpath), rpath,
                              "missing_required_parameter");
     }
-    constexpr std::string_view roles = "one of 'system', 'user', 'assistant', 'developer'";
+    constexpr std::string_view roles = "one of 'system', 'user', 'assistant', 'tool', 'developer'";
     if (!role->is_string()) return must_be(rpath, roles, *role, false);
     const std::string& r = role->get_ref<const std::string&>();
     ChatMessage out;
     if (r == "system" || r == "developer") {
       out.role = "system";
-    } else if (r == "user" || r == "assistant") {
+    } else if (r == "user" || r == "assistant" || r == "tool") {
       out.role = r;
-    } else if (r == "tool" || r == "function") {
-      return invalid_request(
-          fmt::format("'{}' '{}' is not supported: this server does not support tools", rpath, r),
-          rpath, "unsupported_value");
+    } else if (r == "function") {
+      return invalid_request(fmt::format("'{}' 'function' is not supported (the deprecated form of "
+                                         "function calling); send 'tool' results",
+                                         rpath),
+                             rpath, "unsupported_value");
     } else {
       return invalid_request(fmt::format("'{}' must be {}, got '{}'", rpath, roles, shorten(r, 32)),
                              rpath);
     }
-    for (const char* key : {"tool_calls", "function_call"}) {
-      const json* t = field(m, key);
-      if (t && !(t->is_array() && t->empty())) {
-        return unsupported(path + "." + key, fmt::format("'{}.{}' is not supported: this server "
-                                                         "does not support tools",
-                                                         path, key));
+    if (field(m, "function_call")) {
+      return unsupported(path + ".function_call",
+                         fmt::format("'{}.function_call' is not supported (the deprecated form of "
+                                     "function calling); send 'tool_calls'",
+                                     path));
+    }
+    if (const json* t = field(m, "tool_calls"); t && !(t->is_array() && t->empty())) {
+      if (out.role != "assistant") {
+        return invalid_request(fmt::format("'{}.tool_calls' is only allowed in assistant messages", path),
+                               path + ".tool_calls");
       }
+      EDGELM_API_TRY(read_tool_calls(*t, path + ".tool_calls", out.tool_calls));
+    }
+    if (out.role == "tool") {
+      EDGELM_API_TRY(read_string_at(m, "tool_call_id", path, out.tool_call_id));
+    }
+    EDGELM_API_TRY(read_string_at(m, "name", path, out.name));
+    if (out.role == "assistant") {
+      EDGELM_API_TRY(read_string_at(m, "reasoning_content", path, out.reasoning_content));
     }
     EDGELM_API_TRY(read_content(m, path + ".content", out.role == "assistant", lim, out.content));
     req.messages.push_back(std::move(out));
   }
   return std::nullopt;
 }
+
+Err read_tools(const json& body, GenerationRequest& req);
 
 Err read_chat(const json& body, const RequestLimits& lim, GenerationRequest& req) {
   EDGELM_API_TRY(read_messages(body, lim, req));
@@ -587,21 +668,145 @@ Err read_chat(const json& body, const RequestLimits& lim, GenerationRequest& req
     req.top_logprobs = 0;
   }
 
-  // Tools are not supported; an empty list or "none" asks for nothing, and
-  // some clients always send those.
-  for (const char* key : {"tools", "functions"}) {
-    const json* v = field(body, key);
-    if (v && !(v->is_array() && v->empty())) {
-      return unsupported(
-          key, fmt::format("'{}' is not supported: this server does not support tools", key));
+  // The deprecated forms of function calling are not supported; an empty
+  // list or "none" asks for nothing, and some clients always send those.
+  if (const json* v = field(body, "functions"); v && !(v->is_array() && v->empty()))
+    return unsupported("functions", "'functions' is not supported (the deprecated form of 'tools'); send 'tools'");
+  if (const json* v = field(body, "function_call"); v && !(v->is_string() && *v == "none"))
+    return unsupported("function_call",
+                       "'function_call' is not supported (the deprecated form of 'tool_choice'); send 'tool_choice'");
+  return read_tools(body, req);
+}
+
+// tools, tool_choice and parallel_tool_calls.
+Err read_tools(const json& body, GenerationRequest& req) {
+  if (const json* v = field(body, "tools")) {
+    if (!v->is_array()) return must_be("tools", "an array of tools", *v, false);
+    if (v->size() > static_cast<size_t>(kMaxTools))
+      return invalid_request(fmt::format("'tools' has {} entries; at most {} are allowed", v->size(), kMaxTools),
+                             "tools", "array_above_max_length");
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& t = (*v)[i];
+      const std::string p = fmt::format("tools[{}]", i);
+      if (!t.is_object()) return must_be(p, "an object", t, false);
+      const json* type = field(t, "type");
+      if (!type)
+        return invalid_request(fmt::format("'{}.type' is required", p), p + ".type", "missing_required_parameter");
+      if (*type != "function") {
+        return invalid_request(fmt::format("'{}.type' must be 'function' (the only kind of tool supported)", p),
+                               p + ".type", type->is_string() ? "unsupported_value" : "invalid_type");
+      }
+      const json* f = field(t, "function");
+      if (!f)
+        return invalid_request(fmt::format("'{}.function' is required", p), p + ".function",
+                               "missing_required_parameter");
+      if (!f->is_object()) return must_be(p + ".function", "an object", *f, false);
+      const json* name = field(*f, "name");
+      if (!name)
+        return invalid_request(fmt::format("'{}.function.name' is required", p), p + ".function.name",
+                               "missing_required_parameter");
+      if (!name->is_string()) return must_be(p + ".function.name", kNameRule, *name, false);
+      if (!valid_function_name(name->get_ref<const std::string&>()))
+        return must_be(p + ".function.name", kNameRule, *name, true);
+      FunctionTool tool;
+      tool.name = name->get<std::string>();
+      for (const FunctionTool& other : req.tools)
+        if (other.name == tool.name)
+          return invalid_request(fmt::format("'{}.function.name' '{}' is declared twice", p, tool.name),
+                                 p + ".function.name");
+      std::string description;
+      EDGELM_API_TRY(read_string_at(*f, "description", p + ".function", description));
+      if (const json* params = field(*f, "parameters"); params && !params->is_object())
+        return must_be(p + ".function.parameters", "a JSON Schema object", *params, false);
+      if (const json* strict = field(*f, "strict"); strict && !strict->is_boolean())
+        return must_be(p + ".function.strict", "a boolean", *strict, false);
+      req.tools.push_back(std::move(tool));
     }
   }
-  for (const char* key : {"tool_choice", "function_call"}) {
-    const json* v = field(body, key);
-    if (v && !(v->is_string() && *v == "none")) {
-      return unsupported(
-          key, fmt::format("'{}' is not supported: this server does not support tools", key));
+  const bool have = !req.tools.empty();
+  req.tool_choice = have ? ToolChoice::Auto : ToolChoice::None;
+  if (const json* v = field(body, "tool_choice")) {
+    constexpr std::string_view what =
+        "'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}";
+    if (v->is_string()) {
+      const std::string& c = v->get_ref<const std::string&>();
+      if (c == "none") req.tool_choice = ToolChoice::None;
+      else if (c == "auto") req.tool_choice = ToolChoice::Auto;
+      else if (c == "required") req.tool_choice = ToolChoice::Required;
+      else return invalid_request(fmt::format("'tool_choice' must be {}, got '{}'", what, shorten(c, 32)), "tool_choice");
+    } else if (v->is_object()) {
+      const json* type = field(*v, "type");
+      if (!type || *type != "function")
+        return invalid_request("'tool_choice.type' must be 'function'", "tool_choice.type");
+      const json* f = field(*v, "function");
+      if (!f || !f->is_object())
+        return invalid_request("'tool_choice.function' must be an object with the function's name",
+                               "tool_choice.function");
+      const json* name = field(*f, "name");
+      if (!name || !name->is_string())
+        return invalid_request("'tool_choice.function.name' must be a string", "tool_choice.function.name");
+      req.tool_choice = ToolChoice::Function;
+      req.tool_choice_name = name->get<std::string>();
+      if (have && std::none_of(req.tools.begin(), req.tools.end(),
+                               [&](const FunctionTool& t) { return t.name == req.tool_choice_name; })) {
+        return invalid_request(fmt::format("'tool_choice.function.name' '{}' is not one of 'tools'",
+                                           shorten(req.tool_choice_name, 64)),
+                               "tool_choice.function.name");
+      }
+    } else {
+      return must_be("tool_choice", what, *v, false);
     }
+    if (!have && req.tool_choice != ToolChoice::None)
+      return invalid_request("'tool_choice' needs 'tools': there is no function to call", "tool_choice");
+  }
+  EDGELM_API_TRY(read_bool(body, "parallel_tool_calls", "parallel_tool_calls", req.parallel_tool_calls));
+  if (const json* v = field(body, "chat_template_kwargs")) {
+    if (!v->is_object()) return must_be("chat_template_kwargs", "an object", *v, false);
+    for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+      if (v->contains(reserved))
+        return invalid_request(fmt::format("'chat_template_kwargs.{}' is set by the server, not the request", reserved),
+                               std::string("chat_template_kwargs.") + reserved);
+  }
+  return std::nullopt;
+}
+
+// What needs the body's own key order: each tool's JSON and parameters, the
+// tool calls sent as objects, chat_template_kwargs; and the schemas of the
+// functions a constrained call may use.
+Err read_ordered(std::string_view text, GenerationRequest& req) {
+  const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (doc.is_discarded()) return not_json("cannot be read again");
+  const auto dump = [](const nlohmann::ordered_json& j) {
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  };
+  const auto& msgs = doc["messages"];
+  for (size_t i = 0; i < req.messages.size(); ++i) {
+    for (size_t k = 0; k < req.messages[i].tool_calls.size(); ++k) {
+      ToolCall& c = req.messages[i].tool_calls[k];
+      const auto& args = msgs[i]["tool_calls"][k]["function"]["arguments"];
+      if (args.is_object()) c.arguments = dump(args);
+    }
+  }
+  if (auto it = doc.find("chat_template_kwargs"); it != doc.end() && it->is_object())
+    req.template_kwargs = dump(*it);
+  const bool constrained = req.tool_choice == ToolChoice::Required || req.tool_choice == ToolChoice::Function;
+  for (size_t i = 0; i < req.tools.size(); ++i) {
+    FunctionTool& t = req.tools[i];
+    const auto& tj = doc["tools"][i];
+    t.json = dump(tj);
+    const auto& fj = tj["function"];
+    nlohmann::ordered_json params = {{"type", "object"}, {"properties", nlohmann::ordered_json::object()}};
+    if (auto it = fj.find("parameters"); it != fj.end() && it->is_object()) params = *it;
+    t.parameters = dump(params);
+    if (!constrained || (req.tool_choice == ToolChoice::Function && t.name != req.tool_choice_name)) continue;
+    const CompiledSchema c = compile_json_schema(params);
+    if (!c.schema) {
+      const std::string path = fmt::format("tools[{}].function.parameters{}", i, c.path);
+      return invalid_request(fmt::format("'{}': {} (needed to constrain the call that 'tool_choice' asks for)", path,
+                                         c.message),
+                             path, "unsupported_schema");
+    }
+    t.schema = c.schema;
   }
   return std::nullopt;
 }
@@ -758,6 +963,14 @@ ParsedRequest parse_request(std::string_view body, const RequestLimits& lim, boo
       return std::move(*e);
     }
     if (Err e = read_response_format(root, body, req)) return std::move(*e);
+    if (chat && (!req.tools.empty() || root.contains("chat_template_kwargs") ||
+                 std::any_of(req.messages.begin(), req.messages.end(),
+                             [](const ChatMessage& m) { return !m.tool_calls.empty(); }))) {
+      if (Err e = read_ordered(body, req)) return std::move(*e);
+    }
+    if (req.schema && req.tool_choice != ToolChoice::None && req.tool_choice != ToolChoice::Auto)
+      return invalid_request("'response_format' cannot be combined with a 'tool_choice' that forces a call",
+                             "response_format", "unsupported_parameter");
     // Every range is checked above; this keeps the two checks from drifting apart.
     if (Status st = req.sampling.validate(); !st.ok()) return invalid_request(st.message());
     return req;

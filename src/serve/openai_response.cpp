@@ -218,6 +218,79 @@ std::string chat_chunk_json(std::string_view id, int64_t created, std::string_vi
   return dump(j);
 }
 
+std::string chat_completion_json(std::string_view id, int64_t created, std::string_view model,
+                                 const AssistantOut& m, std::string_view finish_reason,
+                                 const Usage& usage, const std::vector<TokenLogprobOut>* logprobs) {
+  ojson message = ojson::object();
+  message["role"] = "assistant";
+  message["content"] = m.content.empty() && !m.tool_calls.empty() ? ojson(nullptr) : ojson(valid_utf8(m.content));
+  if (!m.reasoning.empty()) message["reasoning_content"] = valid_utf8(m.reasoning);
+  if (!m.tool_calls.empty()) {
+    ojson calls = ojson::array();
+    for (const ParsedToolCall& c : m.tool_calls) {
+      ojson f = ojson::object();
+      f["name"] = c.name;
+      f["arguments"] = valid_utf8(c.arguments);
+      ojson call = ojson::object();
+      call["id"] = c.id;
+      call["type"] = "function";
+      call["function"] = std::move(f);
+      calls.push_back(std::move(call));
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  ojson choice = ojson::object();
+  choice["index"] = 0;
+  choice["message"] = std::move(message);
+  choice["logprobs"] = chat_logprobs(logprobs);
+  choice["finish_reason"] = nullable(finish_reason);
+  ojson j = head(id, "chat.completion", created, model);
+  j["choices"] = ojson::array({std::move(choice)});
+  add_usage(j, usage);
+  return dump(j);
+}
+
+std::string chat_delta_chunk_json(std::string_view id, int64_t created, std::string_view model,
+                                  const ChatDelta& d, bool call_head, bool first,
+                                  const std::vector<TokenLogprobOut>* logprobs) {
+  ojson delta = ojson::object();
+  if (first) delta["role"] = "assistant";
+  switch (d.kind) {
+    case ChatDelta::Kind::Content:
+      delta["content"] = valid_utf8(d.text);
+      break;
+    case ChatDelta::Kind::Reasoning:
+      if (first) delta["content"] = "";
+      delta["reasoning_content"] = valid_utf8(d.text);
+      break;
+    case ChatDelta::Kind::ToolCall: {
+      if (first) delta["content"] = nullptr;
+      ojson f = ojson::object();
+      ojson call = ojson::object();
+      call["index"] = d.index;
+      if (call_head) {
+        call["id"] = d.call.id;
+        call["type"] = "function";
+        f["name"] = d.call.name;
+        f["arguments"] = "";
+      } else {
+        f["arguments"] = valid_utf8(d.call.arguments);
+      }
+      call["function"] = std::move(f);
+      delta["tool_calls"] = ojson::array({std::move(call)});
+      break;
+    }
+  }
+  ojson choice = ojson::object();
+  choice["index"] = 0;
+  choice["delta"] = std::move(delta);
+  choice["logprobs"] = chat_logprobs(logprobs);
+  choice["finish_reason"] = nullptr;
+  ojson j = head(id, "chat.completion.chunk", created, model);
+  j["choices"] = ojson::array({std::move(choice)});
+  return dump(j);
+}
+
 std::string usage_chunk_json(std::string_view id, int64_t created, std::string_view model,
                              const Usage& usage, bool chat) {
   ojson j = head(id, chat ? "chat.completion.chunk" : "text_completion", created, model);

@@ -24,27 +24,32 @@ ApiError bad_messages(std::string message) {
 }
 
 Result<std::vector<int32_t>> encode(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,
-                                    std::span<const tokenizer::ChatMessage> msgs) {
-  EDGELM_ASSIGN(std::string text, tmpl.render(msgs, true));
+                                    std::span<const ChatMessage> msgs, const GenerationRequest& r,
+                                    std::string* tail = nullptr) {
+  EDGELM_ASSIGN(std::string text, tmpl.render(msgs, r, true));
+  if (tail) *tail = text.substr(text.size() - std::min<size_t>(text.size(), kPromptTailBytes));
   return tokenizer::encode_rendered(tok, text);
 }
 
 // Renders messages [0, first) + [from, end) of `msgs`.
 Result<std::vector<int32_t>> render_from(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,
-                                         const std::vector<tokenizer::ChatMessage>& msgs, size_t first, size_t from,
-                                         std::vector<tokenizer::ChatMessage>& scratch) {
+                                         const GenerationRequest& r, size_t first, size_t from,
+                                         std::vector<ChatMessage>& scratch) {
+  const std::vector<ChatMessage>& msgs = r.messages;
   scratch.clear();
   scratch.insert(scratch.end(), msgs.begin(), msgs.begin() + static_cast<long>(first));
   scratch.insert(scratch.end(), msgs.begin() + static_cast<long>(from), msgs.end());
-  return encode(tok, tmpl, scratch);
+  // Every render ends with the same last turn and generation prompt: the
+  // full render's tail stands for all of them.
+  return encode(tok, tmpl, scratch, r);
 }
 
 std::variant<BuiltPrompt, ApiError> chat_prompt(const tokenizer::Tokenizer& tok, const ChatRenderer& tmpl,
                                                 const GenerationRequest& r, int limit, Truncate policy) {
-  const std::vector<tokenizer::ChatMessage> msgs = template_messages(r);
-  auto full = encode(tok, tmpl, msgs);
-  if (!full.ok()) return bad_messages(full.message());
+  const std::vector<ChatMessage>& msgs = r.messages;
   BuiltPrompt out;
+  auto full = encode(tok, tmpl, msgs, r, &out.tail);
+  if (!full.ok()) return bad_messages(full.message());
   const int n_full = static_cast<int>(full->size());
   if (n_full <= limit || policy != Truncate::KeepEnd) {
     out.tokens = std::move(full).value();
@@ -56,7 +61,7 @@ std::variant<BuiltPrompt, ApiError> chat_prompt(const tokenizer::Tokenizer& tok,
   std::vector<size_t> cuts;
   for (size_t i = first + 1; i < msgs.size(); ++i)
     if (msgs[i].role == "user") cuts.push_back(i);
-  std::vector<tokenizer::ChatMessage> scratch;
+  std::vector<ChatMessage> scratch;
   scratch.reserve(msgs.size());
   std::vector<int32_t> best;
   // The fewest turns to drop: the smallest cut index whose render fits.
@@ -65,7 +70,7 @@ std::variant<BuiltPrompt, ApiError> chat_prompt(const tokenizer::Tokenizer& tok,
   size_t lo = 0, hi = cuts.size();  // answer in [lo, hi]; hi = cuts.size(): none fits
   while (lo < hi) {
     const size_t mid = lo + (hi - lo) / 2;
-    auto ids = render_from(tok, tmpl, msgs, first, cuts[mid], scratch);
+    auto ids = render_from(tok, tmpl, r, first, cuts[mid], scratch);
     if (!ids.ok()) return bad_messages(ids.message());
     if (static_cast<int>(ids->size()) <= limit) {
       best = std::move(ids).value();
@@ -76,14 +81,14 @@ std::variant<BuiltPrompt, ApiError> chat_prompt(const tokenizer::Tokenizer& tok,
   }
   if (lo < cuts.size()) {
     if (best.empty()) {
-      auto ids = render_from(tok, tmpl, msgs, first, cuts[lo], scratch);
+      auto ids = render_from(tok, tmpl, r, first, cuts[lo], scratch);
       if (!ids.ok()) return bad_messages(ids.message());
       best = std::move(ids).value();
     }
     out.tokens = std::move(best);
   } else if (!cuts.empty()) {
     // Not even the last turn alone fits: keep it and cut it token by token.
-    auto ids = render_from(tok, tmpl, msgs, first, cuts.back(), scratch);
+    auto ids = render_from(tok, tmpl, r, first, cuts.back(), scratch);
     if (!ids.ok()) return bad_messages(ids.message());
     out.tokens = std::move(ids).value();
   } else {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -21,7 +22,9 @@ Result<Truncate> parse_truncate(std::string_view s);
 struct BuiltPrompt {
   std::vector<int32_t> tokens;
   int dropped = 0;  // prompt tokens cut away to fit the slot
+  std::string tail;  // chat: the rendered prompt's last bytes (does it open <think>?)
 };
+inline constexpr size_t kPromptTailBytes = 64;
 
 // The prompt-token limit of a slot of `ctx` tokens: room is kept for the
 // answer (`want_out` tokens, but never more than a quarter of the slot).

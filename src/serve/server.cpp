@@ -16,6 +16,7 @@
 
 #include "constrain/json_constraint.h"
 #include "core/sysmem.h"
+#include "serve/chat_answer.h"
 #include "serve/http_pool.h"
 #include "serve/openai.h"
 #include "serve/status.h"
@@ -231,6 +232,20 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
                                               "max_tokens"));
     gp.constraint = std::move(c);
   }
+  // Tools and thinking: how the answer is read, and a forced call's constraint.
+  std::optional<OutputOptions> output;
+  if (chat && chat_template) {
+    auto plan = plan_chat_answer(r, *chat_template, prompt.tail, vocab, "call_" + id.substr(id.find('-') + 1));
+    if (auto* err = std::get_if<ApiError>(&plan)) return reply_error(res, *err);
+    ChatAnswerPlan& p = std::get<ChatAnswerPlan>(plan);
+    if (p.constraint && p.min_tokens > gp.max_tokens)
+      return reply_error(res, invalid_request(fmt::format("the shortest call 'tool_choice' allows takes up to {} tokens, "
+                                                          "but only {} may be generated",
+                                                          p.min_tokens, gp.max_tokens),
+                                              "max_tokens"));
+    if (p.constraint) gp.constraint = std::move(p.constraint);
+    output = std::move(p.output);
+  }
   // A non-streamed answer is held whole until it is sent: keep it within
   // what the plan counts for it.
   if (!r.stream) {
@@ -295,6 +310,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   sp.dropped = prompt.dropped;
   sp.stops = std::move(r.stop);
   sp.t0 = t0;
+  sp.output = std::move(output);
   held.passed = true;
   stream_response(res, StreamDeps{engine, adm, metrics, o.heartbeat_ms}, std::move(sp), ref);
 }
@@ -390,7 +406,7 @@ void Server::Impl::routes() {
     if (!chat_template)
       return reply_error(res, {400, "invalid_request_error", "chat_template", chat_template_error, "messages"});
     const GenerationRequest& r = std::get<GenerationRequest>(parsed);
-    auto text = chat_template->render(template_messages(r), r.add_generation_prompt);
+    auto text = chat_template->render(r);
     if (!text.ok())
       return reply_error(res, {400, "invalid_request_error", "invalid_messages", text.message(), "messages"});
     json_reply(res, {{"prompt", *text}});

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "serve/chat_answer.h"
 #include "serve/openai.h"
 #include "serve/stop_matcher.h"
 #include "tokenizer/utf8_stream.h"
@@ -19,7 +20,9 @@ namespace {
 // streams it) and the releaser (which frees the slot whatever happens).
 struct Session {
   explicit Session(const StreamDeps& d, StreamSpec sp, SlotRef r)
-      : deps(d), spec(std::move(sp)), ref(r), stop(spec.stops) {}
+      : deps(d), spec(std::move(sp)), ref(r), stop(spec.stops) {
+    if (spec.output) out.emplace(*spec.output);
+  }
 
   StreamDeps deps;
   StreamSpec spec;
@@ -36,6 +39,12 @@ struct Session {
   std::vector<TokenLogprobOut> logprobs;
   tokenizer::Utf8Stream utf8;
   StopMatcher stop;
+  std::optional<ChatOutput> out;  // tools / thinking: the answer's parser
+  // "tool_calls" when the parsed answer called a tool.
+  std::string finish_reason() const {
+    if (out && out->tool_calls() > 0) return "tool_calls";
+    return std::string(finish_name(fin));
+  }
 
   // Prompt tokens that were not computed (the slot's cache and what was
   // copied into it): known from the engine once the request has started,
@@ -175,7 +184,16 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
         // A chat's first chunk (role "assistant", as OpenAI sends it) goes out
         // with the first token even when that token's text is still an
         // incomplete character: the client sees the answer start on time.
-        if (!emit.empty() || !chunk_lps.empty() || (sp.chat && first_chunk && s->seen > 0 && !failed)) {
+        if (s->out) {
+          const auto* lps = chunk_lps.empty() ? nullptr : &chunk_lps;
+          const std::string ev = chat_output_events(*s->out, sp.id, sp.created, sp.model, emit, s->finished && !failed,
+                                                    s->seen > 0 && !failed, first_chunk, lps);
+          if (!ev.empty()) {
+            if (!write(ev)) break;
+          } else if (!s->finished && idle) {
+            if (!write(": keep-alive\n\n")) break;
+          }
+        } else if (!emit.empty() || !chunk_lps.empty() || (sp.chat && first_chunk && s->seen > 0 && !failed)) {
           const auto* lps = chunk_lps.empty() ? nullptr : &chunk_lps;
           const std::string j = sp.chat ? chat_chunk_json(sp.id, sp.created, sp.model, emit, first_chunk, "", lps)
                                         : completion_chunk_json(sp.id, sp.created, sp.model, emit, "", lps, s->sent_bytes);
@@ -190,7 +208,7 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
         if (failed) {
           if (!write(sse_event(error_json(ended_early(s->fin))))) break;
         } else if (s->finished) {
-          const std::string reason(finish_name(s->fin));
+          const std::string reason = s->finish_reason();
           const std::string j = sp.chat ? chat_chunk_json(sp.id, sp.created, sp.model, "", first_chunk, reason, nullptr)
                                         : completion_chunk_json(sp.id, sp.created, sp.model, "", reason, nullptr);
           if (!write(sse_event(j))) break;
@@ -204,9 +222,17 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
           if (!write(error_json(ended_early(s->fin)))) break;
         } else if (s->finished) {
           const auto* lps = sp.top_logprobs >= 0 ? &s->logprobs : nullptr;
-          const std::string reason(finish_name(s->fin));
-          const std::string j = sp.chat ? chat_completion_json(sp.id, sp.created, sp.model, s->text, reason, usage(), lps)
-                                        : completion_json(sp.id, sp.created, sp.model, s->text, reason, usage(), lps);
+          std::string j;
+          if (s->out) {
+            std::vector<ChatDelta> ds;
+            s->out->push(s->text, ds);
+            s->out->finish(ds);
+            j = chat_completion_json(sp.id, sp.created, sp.model, join_deltas(ds), s->finish_reason(), usage(), lps);
+          } else {
+            const std::string reason(finish_name(s->fin));
+            j = sp.chat ? chat_completion_json(sp.id, sp.created, sp.model, s->text, reason, usage(), lps)
+                        : completion_json(sp.id, sp.created, sp.model, s->text, reason, usage(), lps);
+          }
           if (!write(j)) break;
         } else if (!pausing && (idle || Clock::now() - last_write >= heartbeat)) {
           // JSON allows leading whitespace: a space now and then keeps the

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
 #include "serve/admission.h"
+#include "serve/chat_output.h"
 #include "serve/metrics.h"
 
 namespace httplib {
@@ -30,6 +32,9 @@ struct StreamSpec {
   int dropped = 0;
   std::vector<std::string> stops;
   std::chrono::steady_clock::time_point t0;  // when the request arrived
+  // Chat with tools or thinking: how the answer is split into content,
+  // reasoning_content and tool_calls (chat_output.h); nullopt: plain content.
+  std::optional<OutputOptions> output;
 };
 
 struct StreamDeps {

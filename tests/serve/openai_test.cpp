@@ -72,6 +72,12 @@ void expect_names(const ApiError& e, const std::string& field) {
   EXPECT_EQ(e.param, field) << e.message;
 }
 
+struct BadCase {
+  std::string extra;  // fields added to a valid body
+  std::string field;  // the field the message and param must name
+};
+
+
 // ---------------------------------------------------------------------------
 // Errors
 
@@ -266,6 +272,124 @@ TEST(OpenAiChat, EmptyToolsAndNoneChoiceAreHarmless) {
           R"({"role":"user","content":"x"}]})");
 }
 
+constexpr const char* kWeatherTool =
+    R"({"type":"function","function":{"name":"get_weather","description":"Weather now.",)"
+    R"("parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},)"
+    R"("required":["city"]}}})";
+
+TEST(OpenAiChat, ToolsAndToolChoice) {
+  GenerationRequest r = chat_ok(chat_body(std::string(R"("tools":[)") + kWeatherTool + "]"));
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0].name, "get_weather");
+  EXPECT_EQ(r.tool_choice, ToolChoice::Auto);  // the default with tools
+  EXPECT_TRUE(r.parallel_tool_calls);
+  // The tool as sent, keys in the order sent (the template shows it so).
+  EXPECT_EQ(r.tools[0].json, kWeatherTool);
+  EXPECT_FALSE(r.tools[0].schema);  // auto: nothing is constrained, nothing compiled
+  EXPECT_EQ(r.tools[0].parameters,
+            R"({"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]})");
+
+  const std::string tools = std::string(R"("tools":[)") + kWeatherTool +
+                            R"(,{"type":"function","function":{"name":"get_time"}}])";
+  r = chat_ok(chat_body(tools + R"(,"tool_choice":"required","parallel_tool_calls":false)"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::Required);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  ASSERT_EQ(r.tools.size(), 2u);
+  EXPECT_TRUE(r.tools[0].schema);  // required: every function's arguments are constrained
+  EXPECT_TRUE(r.tools[1].schema);
+  EXPECT_EQ(r.tools[1].parameters, R"({"type":"object","properties":{}})");  // no parameters: none
+
+  r = chat_ok(chat_body(tools + R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})"));
+  EXPECT_EQ(r.tool_choice, ToolChoice::Function);
+  EXPECT_EQ(r.tool_choice_name, "get_time");
+  EXPECT_FALSE(r.tools[0].schema);
+  EXPECT_TRUE(r.tools[1].schema);
+  EXPECT_EQ(chat_ok(chat_body(tools + R"(,"tool_choice":"none")")).tool_choice, ToolChoice::None);
+  EXPECT_EQ(chat_ok(chat_body(tools + R"(,"tool_choice":"auto")")).tool_choice, ToolChoice::Auto);
+
+  r = chat_ok(chat_body(R"("chat_template_kwargs":{"enable_thinking":false,"a":[1,{"z":1,"b":2}]})"));
+  EXPECT_EQ(r.template_kwargs, R"({"enable_thinking":false,"a":[1,{"z":1,"b":2}]})");
+}
+
+TEST(OpenAiChat, BadToolsAreNamed) {
+  const std::string ok = kWeatherTool;
+  const std::vector<BadCase> cases = {
+      {R"("tools":[1])", "tools[0]"},
+      {R"("tools":[{"function":{"name":"f"}}])", "tools[0].type"},
+      {R"("tools":[{"type":"code_interpreter"}])", "tools[0].type"},
+      {R"("tools":[{"type":"function"}])", "tools[0].function"},
+      {R"("tools":[{"type":"function","function":"f"}])", "tools[0].function"},
+      {R"("tools":[{"type":"function","function":{}}])", "tools[0].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":"a b"}}])", "tools[0].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":""}}])", "tools[0].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":"f","description":3}}])", "tools[0].function.description"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])", "tools[0].function.parameters"},
+      {R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}])",
+       "tools[1].function.name"},
+      {R"("tools":[)" + ok + R"(],"tool_choice":"sometimes")", "tool_choice"},
+      {R"("tools":[)" + ok + R"(],"tool_choice":5)", "tool_choice"},
+      {R"("tools":[)" + ok + R"(],"tool_choice":{"type":"function","function":{"name":"nope"}})",
+       "tool_choice.function.name"},
+      {R"("tools":[)" + ok + R"(],"tool_choice":{"type":"tool"})", "tool_choice.type"},
+      {R"("tool_choice":"required")", "tool_choice"},
+      {R"("tools":[)" + ok + R"(],"parallel_tool_calls":"yes")", "parallel_tool_calls"},
+      // A forced call needs the schema enforced: a keyword that is not is named.
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","not":{}}}}],)"
+       R"("tool_choice":"required")",
+       "tools[0].function.parameters"},
+      {R"("tools":[)" + ok + R"(],"tool_choice":"required","response_format":{"type":"json_object"})",
+       "response_format"},
+      {R"("chat_template_kwargs":true)", "chat_template_kwargs"},
+      {R"("chat_template_kwargs":{"messages":[]})", "chat_template_kwargs.messages"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.extra);
+    expect_names(chat_err(chat_body(c.extra)), c.field);
+  }
+  // Under auto the schema is not enforced, so it is not refused.
+  chat_ok(chat_body(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"not":{}}}}])"));
+}
+
+TEST(OpenAiChat, ToolCallsAndResultsInMessages) {
+  GenerationRequest r = chat_ok(
+      R"({"messages":[{"role":"user","content":"Weather?"},)"
+      R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",)"
+      R"("function":{"name":"get_weather","arguments":"{\"city\": \"Paris\", \"days\": 1}"}},)"
+      R"({"id":"call_2","type":"function","function":{"name":"get_time","arguments":{"zone":"CET","a":1}}}]},)"
+      R"({"role":"tool","tool_call_id":"call_1","content":"sunny"},)"
+      R"({"role":"assistant","content":"Sunny.","reasoning_content":"Easy."}]})");
+  ASSERT_EQ(r.messages.size(), 4u);
+  const ChatMessage& a = r.messages[1];
+  EXPECT_EQ(a.content, "");
+  ASSERT_EQ(a.tool_calls.size(), 2u);
+  EXPECT_EQ(a.tool_calls[0].id, "call_1");
+  EXPECT_EQ(a.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(a.tool_calls[0].arguments, R"({"city": "Paris", "days": 1})");  // the string as sent
+  EXPECT_EQ(a.tool_calls[1].arguments, R"({"zone":"CET","a":1})");          // an object, in its order
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(r.messages[2].content, "sunny");
+  EXPECT_EQ(r.messages[3].reasoning_content, "Easy.");
+
+  const std::vector<BadCase> cases = {
+      {R"("messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}])",
+       "messages[0].tool_calls[0].function.arguments"},
+      {R"("messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{"}}]}])",
+       "messages[0].tool_calls[0].function.arguments"},
+      {R"("messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}])",
+       "messages[0].tool_calls[0].function.name"},
+      {R"("messages":[{"role":"assistant","tool_calls":{}}])", "messages[0].tool_calls"},
+      {R"("messages":[{"role":"user","content":"x","tool_calls":[{"function":{"name":"f"}}]}])",
+       "messages[0].tool_calls"},
+      {R"("messages":[{"role":"tool","content":"x","tool_call_id":5}])", "messages[0].tool_call_id"},
+      {R"("messages":[{"role":"tool"}])", "messages[0].content"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.extra);
+    expect_names(chat_err("{" + c.extra + "}"), c.field);
+  }
+}
+
 TEST(OpenAiChat, AssistantMayHaveNoContent) {
   GenerationRequest r =
       chat_ok(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null},)"
@@ -309,11 +433,6 @@ TEST(OpenAiChat, MessageCountAtTheLimitIsAccepted) {
 
 // ---------------------------------------------------------------------------
 // Chat requests: what is refused, each naming its field
-
-struct BadCase {
-  std::string extra;  // fields added to a valid body
-  std::string field;  // the field the message and param must name
-};
 
 TEST(OpenAiChat, BadFieldsAreNamed) {
   const std::vector<BadCase> cases = {
@@ -380,10 +499,9 @@ TEST(OpenAiChat, BadFieldsAreNamed) {
       {R"("response_format":"text")", "response_format"},
       {R"("response_format":{})", "response_format.type"},
       {R"("response_format":{"type":1})", "response_format.type"},
-      {R"("tools":[{"type":"function","function":{"name":"f"}}])", "tools"},
       {R"("tools":{})", "tools"},
-      {R"("tool_choice":"auto")", "tool_choice"},
-      {R"("tool_choice":{"type":"function"})", "tool_choice"},
+      {R"("tool_choice":"auto")", "tool_choice"},  // without tools
+      {R"("tool_choice":{"type":"function"})", "tool_choice.function"},
       {R"("functions":[{"name":"f"}])", "functions"},
       {R"("function_call":"auto")", "function_call"},
       {R"("logit_bias":{"50256":-100})", "logit_bias"},
@@ -405,8 +523,6 @@ TEST(OpenAiChat, BadMessagesAreNamed) {
       {R"("messages":[{"content":"x"}])", "messages[0].role"},
       {R"("messages":[{"role":5,"content":"x"}])", "messages[0].role"},
       {R"("messages":[{"role":"robot","content":"x"}])", "messages[0].role"},
-      {R"("messages":[{"role":"user","content":"x"},{"role":"tool","content":"x"}])",
-       "messages[1].role"},
       {R"("messages":[{"role":"function","content":"x"}])", "messages[0].role"},
       {R"("messages":[{"role":"user"}])", "messages[0].content"},
       {R"("messages":[{"role":"user","content":null}])", "messages[0].content"},
@@ -424,7 +540,7 @@ TEST(OpenAiChat, BadMessagesAreNamed) {
       {R"("messages":[{"role":"user","content":[{"type":"text","text":7}]}])",
        "messages[0].content[0].text"},
       {R"("messages":[{"role":"assistant","content":"x","tool_calls":[{"id":"1"}]}])",
-       "messages[0].tool_calls"},
+       "messages[0].tool_calls[0].function"},
       {R"("messages":[{"role":"assistant","content":"x","function_call":{"name":"f"}}])",
        "messages[0].function_call"},
   };
@@ -441,7 +557,7 @@ TEST(OpenAiChat, UnsupportedFeaturesSaySo) {
   EXPECT_EQ(e.param, "n");
   e = chat_err(chat_body(R"("response_format":{"type":"json_schema","json_schema":{"schema":{"not":{}}}})"));
   EXPECT_NE(e.message.find("'not' is not supported"), std::string::npos) << e.message;
-  e = chat_err(chat_body(R"("tools":[{"type":"function"}])"));
+  e = chat_err(chat_body(R"("functions":[{"name":"f"}])"));
   EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
   EXPECT_EQ(e.code, "unsupported_parameter");
 }
