@@ -7,6 +7,8 @@
 set -euo pipefail
 EDGELM="$1"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+# shellcheck source=tests/e2e/listen_port.sh
+source "$ROOT/tests/e2e/listen_port.sh"
 command -v node >/dev/null || { echo "SKIP: node is not installed"; exit 77; }
 bash "$ROOT/scripts/fetch-openai-client.sh" || { echo "SKIP: the openai npm package is not available"; exit 77; }
 TEMPLATE="$ROOT/assets/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
@@ -24,11 +26,6 @@ fi
 "$EDGELM" serve -m "$TMP/tiny.gguf" --slots 2 --ctx 1024 --port 0 --threads 1 --chat-template-file "$TEMPLATE" \
   --max-slowdown 0 --min-stream-rate 0 --max-ttft-slowdown 0 > "$TMP/log" 2>&1 &
 PID=$!
-for _ in $(seq 1 100); do
-  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/log" | grep -o '[0-9]*$' || true)
-  [[ -n "$PORT" ]] && break
-  sleep 0.1
-done
-[[ -n "${PORT:-}" ]] || { cat "$TMP/log"; echo "server did not start"; exit 1; }
+PORT=$(listen_port "$TMP/log" "$PID") || { cat "$TMP/log"; echo "server did not start"; exit 1; }
 cp "$ROOT/tests/e2e/openai_tools.mjs" "$ROOT/assets/npm/openai_tools.mjs"
 node "$ROOT/assets/npm/openai_tools.mjs" "http://127.0.0.1:$PORT/v1" || { tail -20 "$TMP/log"; exit 1; }
