@@ -91,7 +91,7 @@ inline void i16_drive(const GemmArgs& a, int64_t r0, int64_t r1, size_t group_by
   if (a.n_tok == 1) {
     // One group at a time: one weight stream per thread. Two groups at once
     // (two streams 16 rows apart) read slower: single-thread CPU time per
-    // 62 MB of Q4_0 (bench/attn_bench.cpp's bm_gemv_i16, AVX-512, a shared
+    // 62 MB of Q4_0 (bench/decode_bench.cpp's bm_gemv_i16, AVX-512, a shared
     // machine) 5.5-5.9 ms with two groups, 3.7-5.2 ms with one.
     for (int64_t g = r0 / 16; g < g_end; ++g) tile.template operator()<1, 1>(w + g * group_bytes, 0, a.y + g * 16);
     return;
