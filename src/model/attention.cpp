@@ -13,20 +13,6 @@ constexpr int64_t kMinParallelWork = 64 * 1024;
 
 size_t pad16(size_t n) { return (n + 15) / 16 * 16; }
 
-// Asks for `rows` rows of `bytes` each, `stride` bytes apart, to be brought
-// into L2 (the f32 copies of the current block fill L1). One head's rows in
-// the cache are a strided pattern, and converting them (kv_to_f32) waited on
-// memory: at depth 2048 it was the costliest kernel of decode attention.
-// bench/decode_bench.cpp's bm_attend_decode/2048 (one thread, a shared
-// machine), CPU ms per step of 28 layers: 26-32 without, 20-22 with, in
-// alternating runs. One prefetch per cache line of the next block.
-void prefetch_rows(const uint8_t* p, size_t stride, int rows, size_t bytes) {
-  for (int r = 0; r < rows; ++r, p += stride) {
-    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
-    __builtin_prefetch(p + bytes - 1, 0, 2);  // the last line when the row is not line-aligned
-  }
-}
-
 // A worker's scratch, carved as attn_tile_thread_floats counts it.
 struct TileBufs {
   float* q;    // (rows, head_dim) queries, pre-scaled by 1/sqrt(head_dim)
@@ -131,11 +117,6 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
       const int p0 = blk * B;
       if (p0 > last) break;
       const int nk = std::min(p0 + B, last + 1) - p0;
-      if (blk + 1 < blk1 && p0 + B <= last) {  // the next block, while this one is computed
-        const int nk1 = std::min(p0 + 2 * B, last + 1) - (p0 + B);
-        prefetch_rows(kv.k(first.slot, layer, p0 + B) + kvh * k_head_bytes, stride, nk1, k_head_bytes);
-        prefetch_rows(kv.v(first.slot, layer, p0 + B) + kvh * v_head_bytes, stride, nk1, v_head_bytes);
-      }
       kernels::kv_to_f32(isa, kv.type, kv.k(first.slot, layer, p0) + kvh * k_head_bytes, stride, nk, b.k, hd);
       kernels::kv_to_f32(isa, kv.type, kv.v(first.slot, layer, p0) + kvh * v_head_bytes, stride, nk, b.v, hdv);
       // Tokens before the block see none of it: the active rows are a suffix.
