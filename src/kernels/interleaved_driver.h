@@ -7,8 +7,8 @@
 //     // G consecutive groups of 16 rows from gp, tokens [t0, t0 + T),
 //     // y = the output column of the first row of the first group
 //
-// Loop order: decode (one token) takes two groups at a time (two weight
-// streams, and each activation broadcast feeds both); otherwise tokens in
+// Loop order: decode (one token) takes one group at a time (one weight
+// stream per thread); otherwise tokens in
 // chunks whose activations stay in L2, within a chunk groups of rows (each
 // group's weights read from memory once per chunk, then from L1/L2 for every
 // token tile), within a group token tiles of 8 and one tail tile.
@@ -89,9 +89,11 @@ inline void i16_drive(const GemmArgs& a, int64_t r0, int64_t r1, size_t group_by
   const auto* w = static_cast<const uint8_t*>(a.w);
   const int64_t g_end = r1 / 16;
   if (a.n_tok == 1) {
-    int64_t g = r0 / 16;
-    for (; g + 2 <= g_end; g += 2) tile.template operator()<2, 1>(w + g * group_bytes, 0, a.y + g * 16);
-    if (g < g_end) tile.template operator()<1, 1>(w + g * group_bytes, 0, a.y + g * 16);
+    // One group at a time: one weight stream per thread. Two groups at once
+    // (two streams 16 rows apart) read slower: single-thread CPU time per
+    // 62 MB of Q4_0 (bench/decode_bench.cpp's bm_gemv_i16, AVX-512, a shared
+    // machine) 5.5-5.9 ms with two groups, 3.7-5.2 ms with one.
+    for (int64_t g = r0 / 16; g < g_end; ++g) tile.template operator()<1, 1>(w + g * group_bytes, 0, a.y + g * 16);
     return;
   }
   int64_t chunk = static_cast<int64_t>(kI16ChunkBytes / (a.x_stride > 0 ? a.x_stride : 1)) / kI16Tile * kI16Tile;

@@ -1,0 +1,115 @@
+// Google Benchmark of what one decode step runs, on one thread (CPU time per
+// step, robust on a shared machine): the interleaved gemm with one
+// activation row, and attention at depth.
+//
+// Attention: one token of one slot over
+// `depth` cached positions, every layer of a Qwen2-1.5B-shaped F16 cache
+// (12 query heads, 2 KV heads of 128; 28 layers, 59 MB at 2048 positions, so
+// the cache does not stay in L3 between layers, as in a real step).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "model/attention.h"
+
+namespace edgelm {
+namespace {
+
+void bm_attend_decode(benchmark::State& st) {
+  const int depth = static_cast<int>(st.range(0));
+  const int layers = 28;
+  AttnShape sh;
+  sh.n_heads = 12;
+  sh.n_kv_heads = 2;
+  sh.head_dim = 128;
+  sh.head_dim_v = 128;
+  KvView kv;
+  kv.type = DType::F16;
+  kv.n_slots = 1;
+  kv.n_layers = layers;
+  kv.ctx = depth;
+  kv.k_row = row_bytes(DType::F16, sh.n_kv_heads * sh.head_dim);
+  kv.v_row = kv.k_row;
+  std::vector<uint8_t> cache(kv.bytes());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(sh.n_kv_heads * sh.head_dim));
+  for (size_t off = 0; off < cache.size(); off += kv.k_row) {
+    for (float& x : row) x = u(rng);
+    kernels::store_kv(kv.type, row.data(), cache.data() + off, static_cast<int64_t>(row.size()));
+  }
+  kv.base = cache.data();
+  std::vector<float> q(static_cast<size_t>(sh.n_heads * sh.head_dim)), out(q.size());
+  for (float& x : q) x = u(rng);
+  ThreadPool pool(1);
+  std::vector<float> threads(attn_tile_thread_floats(sh));
+  std::vector<float> splits(attn_split_floats(sh, 1));
+  std::vector<int32_t> runs(2);
+  AttnScratch sc{threads.data(), threads.size(), splits.data(), runs.data()};
+  const BatchToken bt{0, depth - 1, 0, true};
+  const kernels::Isa isa = kernels::best_isa();
+  for (auto _ : st) {
+    for (int l = 0; l < layers; ++l) attend_tiles(sh, kv, l, {&bt, 1}, q.data(), out.data(), sc, pool, isa);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(cache.size()));
+}
+
+BENCHMARK(bm_attend_decode)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace edgelm
+
+// Decode-shaped gemm through the interleaved layout: one activation row (or
+// two) against `mats` Q4_0 matrices of 8960 x 1536 (62 MB in all, past L3),
+// one after another as a step reads its layers. One thread: CPU time.
+namespace edgelm {
+namespace {
+void bm_gemv_i16(benchmark::State& st) {
+  const int n_tok = static_cast<int>(st.range(0));
+  const DType t = static_cast<DType>(st.range(1));
+  const int64_t n = 1536, rows = 8960;
+  const int mats = 8;
+  const kernels::Isa isa = static_cast<kernels::Isa>(st.range(2));
+  const size_t rb = row_bytes(t, n);
+  std::vector<uint8_t> src(rb * rows);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> f(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& x : f) x = u(rng);
+    kernels::quantize_row(t, f.data(), src.data() + r * rb, n);
+  }
+  const size_t pb = kernels::packed_bytes(t, kernels::Layout::Interleave16, rows, n);
+  std::vector<uint8_t> packed(pb * mats);
+  for (int m = 0; m < mats; ++m)
+    kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), packed.data() + m * pb, n, 0, rows);
+  const size_t xs = kernels::act_row_bytes(t, n);
+  std::vector<uint8_t> x(xs * 2);
+  for (int j = 0; j < 2; ++j) {
+    for (float& v : f) v = u(rng);
+    kernels::quantize_activation(isa, t, f.data(), x.data() + j * xs, n);
+  }
+  std::vector<float> y(static_cast<size_t>(rows * 2));
+  for (auto _ : st) {
+    for (int m = 0; m < mats; ++m) {
+      kernels::GemmArgs a{t, packed.data() + m * pb, rb, n, x.data(), xs, n_tok, y.data(), rows,
+                          kernels::Layout::Interleave16};
+      kernels::gemm(isa, a, 0, rows);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(pb * mats));
+}
+void gemv_args(benchmark::internal::Benchmark* b) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (kernels::Isa isa : kernels::supported_isas())
+      if (kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
+        for (int n_tok : {1, 2}) b->Args({n_tok, static_cast<int>(t), static_cast<int>(isa)});
+}
+BENCHMARK(bm_gemv_i16)->Apply(gemv_args)->Unit(benchmark::kMillisecond);
+}  // namespace
+}  // namespace edgelm
