@@ -269,9 +269,12 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
         if (p.max_tokens > 0 && n >= p.max_tokens) continue;  // it ends in the running step
         streams_.push_back({n, p.max_tokens, p.elapsed + running, cls});
       } else if (state(i) == Engine::SlotState::Reserved) {
+        // After every submitted prompt of its class (a submission number is
+        // far below 2^56 - slots), each key its own.
+        const uint64_t last = (uint64_t{1} << 56) - 1 - static_cast<uint64_t>(engine_.n_slots() - i);
         if (counts(i))
-          ahead_.push_back({key | ((uint64_t{1} << 56) - 1), {reserved_compute_[static_cast<size_t>(i)],
-                                                              reserved_max_tokens_[static_cast<size_t>(i)], cls}});
+          ahead_.push_back({key | last, {reserved_compute_[static_cast<size_t>(i)],
+                                         reserved_max_tokens_[static_cast<size_t>(i)], cls}});
       } else if (state(i) == Engine::SlotState::Queued || state(i) == Engine::SlotState::Prefill) {
         const int r = engine_.prefill_remaining(i);
         if (r > 0) {
@@ -282,7 +285,9 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
         }
       }
     }
-    std::stable_sort(ahead_.begin(), ahead_.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    // Keys are distinct, so an in-place sort gives the one order (stable_sort
+    // would allocate a buffer on every decision).
+    std::sort(ahead_.begin(), ahead_.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     ahead_prompts_.clear();
     for (const auto& [key, p] : ahead_) ahead_prompts_.push_back(p);
     const int steps = engine_.plan().step_tokens;
