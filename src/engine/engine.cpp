@@ -673,7 +673,6 @@ bool Engine::step_once() {
       slack = std::min(slack, stream_bank(m, allowance, n_decode, static_cast<int>(s.n_out.load()), s.max_tokens, elapsed));
     }
   }
-  slack_.store(n_decode > 0 ? slack : std::numeric_limits<double>::infinity(), std::memory_order_relaxed);
   // (Infinite when no decoding stream is as urgent as the prompt: a full step.)
   int budget = prefill_budget(m, n_decode, plan_.step_tokens, opts_, slack);
   int n_prefill = 0;

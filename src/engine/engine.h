@@ -252,9 +252,6 @@ class Engine {
   int active_slots() const;
   // Tokens each active slot still has to produce (prefill counted), for Retry-After.
   int min_remaining_tokens() const;
-  // The least time any decoding stream has banked against its promised
-  // average, as of the last step (infinity when none decodes).
-  double decode_slack() const { return slack_.load(std::memory_order_relaxed); }
   // Prompt tokens a submitted slot will still have to prefill after the
   // step running now (0 once decoding, and for free or reserved slots).
   int prefill_remaining(int slot) const;
@@ -356,7 +353,6 @@ class Engine {
   std::vector<int> prefill_order_;      // slots in submission order, capacity reserved once
   std::atomic<uint64_t> submit_seq_{0};
   std::atomic<uint64_t> release_seq_{0};
-  std::atomic<double> slack_{0};
   std::atomic<std::chrono::steady_clock::rep> step_end_{0};  // predicted end of the running step; 0: none
 
   std::thread thread_;
