@@ -1,62 +1,128 @@
 #!/usr/bin/env bash
 # edgelm and llama.cpp side by side, same file, same threads, one run:
-#   prompt tokens/s (-p), single-stream decode tokens/s (-n), and aggregate
-#   decode tokens/s at several parallel streams (edgelm's continuous batching
-#   vs llama-batched-bench), with the ratios, and a PNG of tokens/s against
-#   streams.
+#   prompt tokens/s (-p), single-stream decode tokens/s (-n), both again at a
+#   context depth (llama-bench -d), and aggregate decode tokens/s at several
+#   parallel streams (edgelm's continuous batching vs llama-batched-bench),
+#   with the ratios, and a PNG of tokens/s against streams.
 #
 #   LLAMA_BIN=/path/to/llama.cpp/build/bin bench/compare_llamacpp.sh MODEL.gguf [MODEL2.gguf ...]
 #
+# Both sides are reported by the same statistic: the median of the
+# repetitions (llama-bench's per-repetition samples_ts; llama-batched-bench run
+# REPS times), with the spread (min..max) beside it, and ratios of medians.
+# The load average is printed before and after each model; QUIET=1 first waits
+# (up to 10 minutes) for a 1-minute load average under 0.5.
+#
 # llama.cpp is not part of edgelm: build it yourself (outside this repo) and
-# point LLAMA_BIN at its bin/ folder. Env: THREADS (2), PROMPT (128), GEN (64),
-# STREAMS (1,2,4,8), REPS (3), OUT (build/bench), EDGELM_ARGS (extra flags for
-# edgelm bench, e.g. "--isa avx2" beside a llama.cpp built without AVX-512).
+# point LLAMA_BIN at its bin/ folder. Its errors are shown, never discarded.
+# Env: THREADS (2), PROMPT (128), GEN (64), DEPTH (2048; 0 skips the depth
+# rows), STREAMS (1,2,4,8), REPS (5), OUT (build/bench), QUIET (0),
+# EDGELM_ARGS (extra flags for edgelm bench, e.g. "--isa avx2" beside a
+# llama.cpp built without AVX-512).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA_BIN="${LLAMA_BIN:?set LLAMA_BIN to the bin folder of a llama.cpp build}"
-THREADS="${THREADS:-2}"; PROMPT="${PROMPT:-128}"; GEN="${GEN:-64}"
-STREAMS="${STREAMS:-1,2,4,8}"; REPS="${REPS:-3}"; OUT="${OUT:-build/bench}"
+THREADS="${THREADS:-2}"; PROMPT="${PROMPT:-128}"; GEN="${GEN:-64}"; DEPTH="${DEPTH:-2048}"
+STREAMS="${STREAMS:-1,2,4,8}"; REPS="${REPS:-5}"; OUT="${OUT:-build/bench}"; QUIET="${QUIET:-0}"
 EDGELM="${EDGELM:-./build/edgelm}"
 mkdir -p "$OUT"
 [[ $# -ge 1 ]] || { echo "usage: $0 MODEL.gguf [...]" >&2; exit 1; }
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+wait_quiet() {
+  [[ "$QUIET" == 1 ]] || return 0
+  for _ in $(seq 120); do
+    awk -v l="$(load1)" 'BEGIN { exit !(l < 0.5) }' && return 0
+    sleep 5
+  done
+  echo "warning: the load average stayed at or above 0.5 for 10 minutes; measuring anyway (load $(load1))" >&2
+}
+# Runs a llama.cpp tool; on failure prints the command and the end of its stderr.
+run_llama() {
+  local err="$1"; shift
+  if ! "$@" 2> "$err"; then
+    echo "error: llama.cpp failed: $*" >&2
+    tail -n 20 "$err" >&2
+    return 1
+  fi
+}
 
 summary="$OUT/summary.txt"
 : > "$summary"
 for model in "$@"; do
   name=$(basename "$model" .gguf)
-  echo "== $name ($THREADS threads, load average $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$summary"
+  wait_quiet
+  before=$(load1)
+  depth_args=()
+  [[ "$DEPTH" -gt 0 ]] && depth_args=(-d "0,$DEPTH")
   "$EDGELM" bench -m "$model" --threads "$THREADS" -p "$PROMPT" -n "$GEN" --streams "$STREAMS" -r "$REPS" \
     --bandwidth --json ${EDGELM_ARGS:-} > "$OUT/$name.edgelm.json"
-  "$LLAMA_BIN/llama-bench" -m "$model" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r "$REPS" -o json \
-    > "$OUT/$name.llama-bench.json" 2>/dev/null
-  "$LLAMA_BIN/llama-batched-bench" -m "$model" -t "$THREADS" -c 8192 -b 2048 -ub 512 -npp 16 -ntg "$GEN" \
-    -npl "$STREAMS" --output-format jsonl 2>/dev/null | grep '^{' > "$OUT/$name.llama-batched.jsonl" || true
+  if [[ "$DEPTH" -gt 0 ]]; then
+    "$EDGELM" bench -m "$model" --threads "$THREADS" -p "$PROMPT" -n "$GEN" --streams 1 -r "$REPS" -d "$DEPTH" \
+      --json ${EDGELM_ARGS:-} > "$OUT/$name.edgelm-depth.json"
+  else
+    echo '{}' > "$OUT/$name.edgelm-depth.json"
+  fi
+  run_llama "$OUT/$name.llama-bench.err" "$LLAMA_BIN/llama-bench" -m "$model" -t "$THREADS" -p "$PROMPT" -n "$GEN" \
+    "${depth_args[@]}" -r "$REPS" -o json > "$OUT/$name.llama-bench.json"
+  : > "$OUT/$name.llama-batched.jsonl"
+  for _ in $(seq "$REPS"); do
+    run_llama "$OUT/$name.llama-batched.err" "$LLAMA_BIN/llama-batched-bench" -m "$model" -t "$THREADS" -c 8192 \
+      -b 2048 -ub 512 -npp 16 -ntg "$GEN" -npl "$STREAMS" --output-format jsonl \
+      | grep '^{' >> "$OUT/$name.llama-batched.jsonl"
+  done
+  after=$(load1)
+  echo "== $name ($THREADS threads, $REPS repetitions a side; load average $before before, $after after)" | tee -a "$summary"
   python3 - "$OUT/$name" <<'PY' | tee -a "$summary"
-import json, sys
+import json, statistics, sys
 base = sys.argv[1]
 e = json.load(open(base + ".edgelm.json"))
+ed = json.load(open(base + ".edgelm-depth.json"))
 lb = json.load(open(base + ".llama-bench.json"))
-pp = next(r["avg_ts"] for r in lb if r["n_prompt"] > 0 and r["n_gen"] == 0)
-tg = next(r["avg_ts"] for r in lb if r["n_gen"] > 0 and r["n_prompt"] == 0)
+
+def spread(v):
+    return (statistics.median(v), min(v), max(v)) if v else (float("nan"),) * 3
+
+def bench_row(n_prompt, n_gen, depth):
+    for r in lb:
+        if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen and r.get("n_depth", 0) == depth:
+            return spread(r["samples_ts"])
+    return spread([])
+
 batched = {}
 for line in open(base + ".llama-batched.jsonl"):
     r = json.loads(line)
-    batched[r["pl"]] = r.get("speed_tg", 0)
+    batched.setdefault(r["pl"], []).append(r.get("speed_tg", 0))
+
 def row(what, ours, theirs):
-    ratio = ours / theirs if theirs else float("nan")
-    print(f"  {what:<28} edgelm {ours:8.1f}   llama.cpp {theirs:8.1f}   ratio {ratio:5.2f}")
-row(f"prompt {e['prompt_tokens']} tokens/s", e["prompt_tokens_per_s"], pp)
-row(f"decode tokens/s", e["decode_tokens_per_s"], tg)
+    m1, lo1, hi1 = ours
+    m2, lo2, hi2 = theirs
+    ratio = m1 / m2 if m2 else float("nan")
+    print(f"  {what:<30} edgelm {m1:7.1f} ({lo1:6.1f}..{hi1:6.1f})   "
+          f"llama.cpp {m2:7.1f} ({lo2:6.1f}..{hi2:6.1f})   ratio {ratio:5.2f}")
+
+pp, tg = e["prompt_tokens"], e["gen_tokens"]
+row(f"prompt {pp} tokens/s", spread(e["prompt_samples"]), bench_row(pp, 0, 0))
+row("decode tokens/s", spread(e["decode_samples"]), bench_row(0, tg, 0))
+if ed:
+    d = ed["depth"]
+    row(f"prompt {pp} at depth {d}", spread(ed["prompt_samples"]), bench_row(pp, 0, d))
+    row(f"decode at depth {d}", spread(ed["decode_samples"]), bench_row(0, tg, d))
+    print(f"  edgelm decode at depth {d} / at depth 0: {ed['decode_tokens_per_s'] / e['decode_tokens_per_s']:.2f}")
 single = e["decode_tokens_per_s"]
 with open(base + ".streams.dat", "w") as f:
     for s in e["streams"]:
-        n = s["streams"]; ours = s["decode_tokens_per_s"]
-        row(f"{n} streams aggregate t/s", ours, batched.get(n, 0))
-        f.write(f"{n} {ours} {batched.get(n, 0)}\n")
-    print(f"  4 streams / own single stream: {next((s['decode_tokens_per_s'] for s in e['streams'] if s['streams']==4), 0)/single:.2f}x")
+        n = s["streams"]
+        theirs = spread(batched.get(n, []))
+        row(f"{n} streams aggregate t/s", spread(s["samples"]), theirs)
+        f.write(f"{n} {s['decode_tokens_per_s']} {theirs[0]}\n")
+four = next((s["decode_tokens_per_s"] for s in e["streams"] if s["streams"] == 4), None)
+if four:
+    print(f"  4 streams / own single stream: {four / single:.2f}x")
 if "bandwidth_gb_per_s" in e:
+    tg_theirs = bench_row(0, tg, 0)[0]
     print(f"  bandwidth {e['bandwidth_gb_per_s']:.1f} GB/s -> decode limit {e['decode_limit_tokens_per_s']:.1f} t/s; "
-          f"edgelm reaches {100*single/e['decode_limit_tokens_per_s']:.0f}%, llama.cpp {100*tg/e['decode_limit_tokens_per_s']:.0f}%")
+          f"edgelm reaches {100*single/e['decode_limit_tokens_per_s']:.0f}%, llama.cpp {100*tg_theirs/e['decode_limit_tokens_per_s']:.0f}%")
 PY
   if command -v gnuplot >/dev/null; then
     gnuplot <<GP

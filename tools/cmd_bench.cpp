@@ -512,6 +512,8 @@ int bench(const BenchFlags& f) {
   out["gen_tokens"] = f.gen;
   out["prompt_tokens_per_s"] = median(pp);
   out["decode_tokens_per_s"] = median(tg);
+  out["prompt_samples"] = pp;  // every repetition, for the spread beside the median
+  out["decode_samples"] = tg;
   if (!f.json)
     fmt::print("{}prompt {} tokens: {:.1f} tokens/s | decode {} tokens: {:.1f} tokens/s (median of {})\n",
                f.depth > 0 ? fmt::format("depth {}: ", f.depth) : std::string(), f.prompt, median(pp), f.gen,
@@ -524,7 +526,7 @@ int bench(const BenchFlags& f) {
     } else {
       for (int r = 0; r < f.reps; ++r) agg.push_back(run_streams(e, k, 16, f.gen, 1000 + static_cast<uint64_t>(r * 97 + k)).second);
     }
-    arr.push_back({{"streams", k}, {"decode_tokens_per_s", median(agg)}});
+    arr.push_back({{"streams", k}, {"decode_tokens_per_s", median(agg)}, {"samples", agg}});
     if (!f.json) fmt::print("  {} streams: {:.1f} tokens/s aggregate ({:.1f} per stream)\n", k, median(agg), median(agg) / k);
   }
   out["streams"] = arr;
