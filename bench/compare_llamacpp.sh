@@ -104,6 +104,7 @@ def row(what, ours, theirs):
 pp, tg = e["prompt_tokens"], e["gen_tokens"]
 row(f"prompt {pp} tokens/s", spread(e["prompt_samples"]), bench_row(pp, 0, 0))
 row("decode tokens/s", spread(e["decode_samples"]), bench_row(0, tg, 0))
+print(f"  (edgelm decodes after its {pp}-token prompt, llama-bench from an empty context)")
 if ed:
     d = ed["depth"]
     row(f"prompt {pp} at depth {d}", spread(ed["prompt_samples"]), bench_row(pp, 0, d))
