@@ -281,6 +281,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--default-max-tokens", s.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-body", s.max_body_bytes, "Largest request body in bytes")->capture_default_str();
   cmd->add_option("--http-threads", s.http_threads, "HTTP workers (0: max(32, slots + queue + 16))")->capture_default_str();
+  cmd->add_option("--http-nice", s.http_nice,
+                  "How much lower the HTTP workers' CPU priority is than the engine's (Linux nice, 0-19): a flood "
+                  "of requests cannot take the cores the admitted streams need")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 19));
   cmd->add_option("--max-connections", s.max_connections, "Open connections beyond which new ones get 503 (0: 4 x workers)")->capture_default_str();
   cmd->add_option("--read-timeout", s.read_timeout_s, "Seconds a client has to send its request")->capture_default_str();
   cmd->add_option("--status-seconds", s.status_seconds,

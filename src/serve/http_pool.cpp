@@ -4,7 +4,13 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 
 #include <cstdlib>
 #include <cstring>
@@ -18,7 +24,19 @@ thread_local bool t_over_capacity = false;
 
 bool over_capacity_thread() { return t_over_capacity; }
 
-WorkerPool::WorkerPool(int workers, int cap) : cap_(cap) {
+namespace {
+// Lowers the calling thread's CPU priority by `delta` nice steps (at most to 19).
+void lower_thread_priority(int delta) {
+  if (delta <= 0) return;
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  errno = 0;
+  const int cur = getpriority(PRIO_PROCESS, tid);
+  if (errno != 0) return;
+  (void)setpriority(PRIO_PROCESS, tid, std::min(cur + delta, 19));
+}
+}  // namespace
+
+WorkerPool::WorkerPool(int workers, int cap, int nice) : cap_(cap), nice_(nice) {
   for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(jobs_, false); });
   threads_.emplace_back([this] { loop(refusals_, true); });
 }
@@ -55,6 +73,7 @@ int WorkerPool::open() const {
 
 void WorkerPool::loop(std::deque<std::function<void()>>& q, bool refusing) {
   t_over_capacity = refusing;
+  lower_thread_priority(nice_);
   for (;;) {
     std::function<void()> fn;
     {

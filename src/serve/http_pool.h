@@ -19,10 +19,15 @@ bool over_capacity_thread();
 
 // httplib's task queue, bounded: `workers` threads serve connections; up to
 // `cap` connections may be open; the rest go to one refusing thread that
-// answers 503 as soon as it has read the request line and headers.
+// answers 503 as soon as it has read the request line and headers. The
+// threads run `nice` steps below the process's priority (Linux nice is per
+// thread): parsing, tokenizing and refusing a flood of requests must not take
+// the cores the engine's steps need, or the admitted streams pay for the
+// refused ones (8 clients retrying at once without waiting sent 2,200
+// requests a second and held an admitted request's first token for 81 s).
 class WorkerPool : public httplib::TaskQueue {
  public:
-  WorkerPool(int workers, int cap);
+  WorkerPool(int workers, int cap, int nice = 0);
   ~WorkerPool() override;
   void enqueue(std::function<void()> fn) override;
   void shutdown() override;
@@ -32,6 +37,7 @@ class WorkerPool : public httplib::TaskQueue {
   void loop(std::deque<std::function<void()>>& q, bool refusing);
 
   const int cap_;
+  const int nice_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_, refusals_;

@@ -515,8 +515,8 @@ Server::Server(Engine& engine, const ServerOptions& o)
   impl_->vocab = std::make_shared<const constrain::TokenVocab>(engine.tokenizer());
   const int workers = http_threads_for(o, engine.n_slots());
   const int cap = o.max_connections > 0 ? o.max_connections : 4 * workers;
-  impl_->http.new_task_queue = [this, workers, cap] {
-    impl_->pool = new WorkerPool(workers, cap);
+  impl_->http.new_task_queue = [this, workers, cap, nice = o.http_nice] {
+    impl_->pool = new WorkerPool(workers, cap, nice);
     return impl_->pool;
   };
   // httplib listens with a backlog of 5: a burst of connections would see

@@ -43,6 +43,7 @@ struct ServerOptions {
   size_t max_body_bytes = 256 << 10;   // a 4096-token prompt is ~16 KiB of text
   int http_threads = 0;                 // 0: max(32, slots + queue + 16)
   int max_connections = 0;              // beyond this, connections get 503 at once; 0: 4 x http_threads
+  int http_nice = 10;                   // the HTTP workers' nice above the engine's (0: the same)
   int read_timeout_s = 10;              // a client must send its request within this
   int write_timeout_s = 10;
   int keep_alive_s = 5;
