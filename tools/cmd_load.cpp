@@ -76,7 +76,8 @@ void add_load_command(CLI::App& app) {
   cmd->add_flag("--chat", o.chat, "Use /v1/chat/completions (default /v1/completions)");
   cmd->add_option("--turns", o.turns,
                   "Conversations (closed loop, --chat): each client holds a chat of N turns, each sending the "
-                  "history plus a new user message of --prompt-tokens; TTFT is reported per turn")
+                  "history plus a new user message of --prompt-tokens; TTFT is reported per turn; a 429 is retried "
+                  "(the same turn) after its Retry-After, as chat clients do")
       ->check(CLI::Range(0, 1000));
   cmd->add_option("--system-tokens", o.system_tokens,
                   "With --turns: every chat opens with the same system message of about this many tokens")

@@ -260,16 +260,26 @@ void conversations(const Shared& sh, int clients, Recorder& rec) {
         const uint64_t i = next_index.fetch_add(1);
         const std::string user = make_prompt(sh.o.prompt_tokens, sh.o.seed * 0x9E3779B97F4A7C15ull + i);
         RequestRecord r = send_one(sh, *cli, i, now, make_conversation_body(sh.body, system, history, user), true);
-        r.turn = ++turn;
+        r.turn = turn + 1;
+        // A 429 is retried as chat clients do (OpenAI's SDKs among them):
+        // the same turn, after its Retry-After (1 s without one), with the
+        // chat kept. Any other failure ends the chat.
+        double wait_s = 0;
         if (r.ok()) {
+          ++turn;
           history.push_back(user);
           history.push_back(std::move(r.reply));
+        } else if (r.status == 429 && !r.transport_error()) {
+          wait_s = std::isfinite(r.retry_after_s) && r.retry_after_s >= 0 ? r.retry_after_s : 1.0;
         } else {
           history.clear();
           turn = 0;
         }
         r.reply.clear();
         rec.add(std::move(r));
+        if (wait_s > 0)
+          std::this_thread::sleep_until(std::min(stop_at, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                                            std::chrono::duration<double>(wait_s))));
       }
     });
   }

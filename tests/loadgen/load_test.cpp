@@ -357,6 +357,31 @@ TEST(Load, ConversationsSendTheHistoryBack) {
   EXPECT_FALSE(run_load(o).ok());
 }
 
+// A chat client that gets a 429 waits for its Retry-After (the fake server
+// says 2 s, longer than the run) and then sends the same turn again: a
+// refused client does not hammer the server, and its chat is not lost.
+TEST(Load, ConversationsWaitOutA429) {
+  FakeServer srv({.slots = 1, .tokens = 3, .prefill = 20ms, .gap = 5ms});
+  LoadOptions o;
+  o.url = srv.url();
+  o.clients = 3;
+  o.chat = true;
+  o.stream = true;
+  o.turns = 3;
+  o.prompt_tokens = 4;
+  o.duration_s = 0.5;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_load(o);
+  ASSERT_TRUE(r.ok()) << r.message();
+  const nlohmann::json rep = report_json(*r);
+  const int refused = rep["status_429"]["count"].get<int>();
+  EXPECT_GE(refused, 1) << "three clients on one slot";
+  // Each refused client waits out the run (Retry-After 2 s > 0.5 s): at most
+  // one 429 per client, where an immediate retry would send hundreds.
+  EXPECT_LE(refused, 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms) << "the wait ends with the run";
+}
+
 TEST(Load, NonStreamedCountsUsageTokens) {
   FakeServer srv({.slots = 1, .tokens = 5, .prefill = 10ms, .gap = 5ms});
   LoadOptions o;
