@@ -5,8 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <random>
 #include <vector>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
@@ -187,6 +193,18 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
     EXPECT_EQ(preferred_layout(isa, DType::Q4_0, 1530, 1536), Layout::Rows);  // rows not a multiple of 16
     EXPECT_EQ(preferred_layout(isa, DType::Q3_K, 1536, 1536), Layout::Rows);  // no interleaved kernel
   }
+}
+
+// Which NEON prompt kernel the comparisons above ran: interleaved_neon.cpp
+// takes token pairs by smmla where HWCAP2_I8MM is set, else sdot.
+// scripts/test-aarch64.sh runs the tests on a core of each kind and checks
+// this line, so both paths are compared with the row layout.
+TEST(Interleaved, ReportsNeonI8mm) {
+#if defined(__aarch64__) && defined(__linux__) && defined(HWCAP2_I8MM)
+  std::cout << "[          ] neon i8mm: " << ((getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0 ? "yes" : "no") << "\n";
+#else
+  GTEST_SKIP() << "not aarch64 Linux";
+#endif
 }
 
 // Q4_0/Q8_0 only move bytes; the K formats' unpacked scales cost 64 bytes per
