@@ -37,6 +37,7 @@ struct Q4_0Quarter {
   static constexpr bool kTrailer = true;
   static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
     const uint8x16_t m = vdupq_n_u8(0x0F);
+#pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       const uint8x16_t v = load_u8(blk + 32 + 64 * c + 16 * k);
       q[c] = as_s8(vandq_u8(v, m));
@@ -49,6 +50,7 @@ struct Q8_0Quarter {
   static constexpr bool kTrailer = false;
   static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
     const uint8x16_t flip = vdupq_n_u8(0x80);
+#pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) q[c] = as_s8(veorq_u8(load_u8(blk + 32 + 64 * c + 16 * k), flip));
   }
 };
@@ -82,6 +84,7 @@ inline float32x4_t quarter_scales(const uint8_t* blk, int k) {
 template <class F>
 void decode_group(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
   float32x4_t acc[4];
+#pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) acc[k] = vdupq_n_f32(0.0f);
   const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr);
   for (int64_t b = 0; b < nb; ++b) {
@@ -90,6 +93,7 @@ void decode_group(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
     const int8x16_t lo = load_s8(xb[b].qs), hi = load_s8(xb[b].qs + 16);
     const int32x4_t s0 = start<F>(xr, nb, b);
     const float dx = half_to_float(xb[b].d);
+#pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       int8x16_t q[8];
       F::load(blk, k, q);
@@ -97,6 +101,7 @@ void decode_group(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
       acc[k] = vfmaq_f32(acc[k], vcvtq_f32_s32(s), vmulq_n_f32(quarter_scales(blk, k), dx));
     }
   }
+#pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) vst1q_f32(y + 4 * k, acc[k]);
 }
 
@@ -105,6 +110,7 @@ void decode_group(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
 template <class F, int TS>
 void quarter_pass(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr, float* y, int64_t ldy) {
   float32x4_t acc[TS];
+#pragma GCC unroll 4
   for (int j = 0; j < TS; ++j) acc[j] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
@@ -112,12 +118,14 @@ void quarter_pass(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr
     int8x16_t q[8];
     F::load(blk, k, q);
     const float32x4_t dw = quarter_scales(blk, k);
+#pragma GCC unroll 4
     for (int j = 0; j < TS; ++j) {
       const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
       const int32x4_t s = dot8(start<F>(xr[j], nb, b), q, load_s8(xb->qs), load_s8(xb->qs + 16));
       acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(s), vmulq_n_f32(dw, half_to_float(xb->d)));
     }
   }
+#pragma GCC unroll 4
   for (int j = 0; j < TS; ++j) vst1q_f32(y + j * ldy + 4 * k, acc[j]);
 }
 
@@ -137,6 +145,7 @@ void group_tile(const GemmArgs& a, const uint8_t* gp, int64_t nb, int64_t t0, fl
       for (int j = 0; j < kSubTokens && j0 + j < T; ++j)
         xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
       float* yj = y + (t0 + j0) * a.ldy;
+#pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         switch (T - j0 < kSubTokens ? T - j0 : kSubTokens) {
           case 1: P::template run<F, 1>(gp, k, nb, xr, yj, a.ldy); break;

@@ -27,6 +27,7 @@ namespace {
 template <class F, int NP>
 void quarter_pass_mm(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr, float* y, int64_t ldy) {
   float32x4_t acc[NP][2];  // token pair p, row pair i (rows 4k + 2i, 4k + 2i + 1)
+#pragma GCC unroll 2
   for (int p = 0; p < NP; ++p) acc[p][0] = acc[p][1] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
@@ -35,6 +36,7 @@ void quarter_pass_mm(const uint8_t* gp, int k, int64_t nb, const uint8_t* const*
     F::load(blk, k, q);
     // w[i][g]: row pair i, elements 8g..8g+7 (q[2g] holds 8g.., q[2g + 1] 8g + 4..).
     int8x16_t w[2][4];
+#pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
       const int32x4_t a = vreinterpretq_s32_s8(q[2 * g]), c = vreinterpretq_s32_s8(q[2 * g + 1]);
       w[0][g] = vreinterpretq_s8_s32(vzip1q_s32(a, c));
@@ -42,6 +44,7 @@ void quarter_pass_mm(const uint8_t* gp, int k, int64_t nb, const uint8_t* const*
     }
     const float32x4_t dw = quarter_scales(blk, k);
     const float32x4_t dw_pair[2] = {vzip1q_f32(dw, dw), vzip2q_f32(dw, dw)};  // (w0 w0 w1 w1), (w2 w2 w3 w3)
+#pragma GCC unroll 2
     for (int p = 0; p < NP; ++p) {
       const auto* x0 = reinterpret_cast<const BlockQ8_0*>(xr[2 * p]) + b;
       const auto* x1 = reinterpret_cast<const BlockQ8_0*>(xr[2 * p + 1]) + b;
@@ -57,8 +60,10 @@ void quarter_pass_mm(const uint8_t* gp, int k, int64_t nb, const uint8_t* const*
         const int32_t e0 = i16_trailer(xr[2 * p], nb, b), e1 = i16_trailer(xr[2 * p + 1], nb, b);
         s0 = int32x4_t{e0, e1, e0, e1};
       }
+#pragma GCC unroll 2
       for (int i = 0; i < 2; ++i) {
         int32x4_t s = s0;
+#pragma GCC unroll 4
         for (int g = 0; g < 4; ++g) s = vmmlaq_s32(s, w[i][g], t[g]);
         acc[p][i] = vfmaq_f32(acc[p][i], vcvtq_f32_s32(s), vmulq_f32(dw_pair[i], dx));
       }
@@ -66,6 +71,7 @@ void quarter_pass_mm(const uint8_t* gp, int k, int64_t nb, const uint8_t* const*
   }
   // acc[p][i] lanes (2i, t0) (2i, t1) (2i + 1, t0) (2i + 1, t1): even lanes are
   // token 2p's four rows, odd lanes token 2p + 1's.
+#pragma GCC unroll 2
   for (int p = 0; p < NP; ++p) {
     vst1q_f32(y + (2 * p) * ldy + 4 * k, vuzp1q_f32(acc[p][0], acc[p][1]));
     vst1q_f32(y + (2 * p + 1) * ldy + 4 * k, vuzp2q_f32(acc[p][0], acc[p][1]));
