@@ -40,6 +40,7 @@ for f in src/kernels/*.cpp src/core/dtype.cpp; do
   case "$f" in *_avx2.cpp | *_avx512.cpp) continue ;; esac
   extra="-DNONE"
   [[ "$f" == *_neon.cpp ]] && extra="-march=armv8.2-a+dotprod+fp16"
+  [[ "$f" == *_i8mm.cpp ]] && extra="-march=armv8.2-a+dotprod+fp16+i8mm"
   echo "$OUT/$(basename "$f" .cpp).o $ROOT/$f $extra" >> "$list"
 done
 for f in tests/kernels/*_test.cpp; do
@@ -64,10 +65,18 @@ run() {  # LOG [qemu and test args]
     echo "test-aarch64: kernel tests failed ($*)"
     exit 1
   fi
-  grep -E '^\[  PASSED|supported ISAs' "$log"
+  grep -E '^\[  PASSED|supported ISAs|neon i8mm' "$log"
 }
 run "$OUT/test.log" -L /usr/aarch64-linux-gnu "$OUT/edgelm_kernels_tests"
 grep -q 'supported ISAs: .*neon' "$OUT/test.log" || { echo "test-aarch64: the NEON kernels were not exercised"; exit 1; }
+# qemu's default CPU also has i8mm, so the interleaved prompt kernels ran
+# their smmla path; a Cortex-A76 (RK3588's big core) has dotprod and fp16
+# but not i8mm, so there they run the sdot path (and must not fault).
+grep -q 'neon i8mm: yes' "$OUT/test.log" || { echo "test-aarch64: the i8mm kernels were not exercised"; exit 1; }
+run "$OUT/test-a76.log" -cpu cortex-a76 -L /usr/aarch64-linux-gnu "$OUT/edgelm_kernels_tests" \
+  --gtest_filter='GemmDispatch.*:Interleaved.*'
+grep -q 'supported ISAs: scalar neon $' "$OUT/test-a76.log" && grep -q 'neon i8mm: no' "$OUT/test-a76.log" ||
+  { echo "test-aarch64: cortex-a76 did not run the NEON sdot kernels"; exit 1; }
 
 # A core without the dot-product extension (a Raspberry Pi 4's Cortex-A72)
 # must take the scalar kernels rather than fault: dispatch, the hand-checked
@@ -76,4 +85,4 @@ grep -q 'supported ISAs: .*neon' "$OUT/test.log" || { echo "test-aarch64: the NE
 run "$OUT/test-a72.log" -cpu cortex-a72 -L /usr/aarch64-linux-gnu "$OUT/edgelm_kernels_tests" \
   --gtest_filter='GemmDispatch.*:HandChecked.*:Blocks.*:Types/RoundTrip.*:RoundTripEdge.*'
 grep -q 'supported ISAs: scalar $' "$OUT/test-a72.log" || { echo "test-aarch64: NEON chosen on a core without dotprod"; exit 1; }
-echo "test-aarch64: ok (NEON on armv8.2+dotprod+fp16, scalar on cortex-a72)"
+echo "test-aarch64: ok (NEON with i8mm on qemu max, NEON without on cortex-a76, scalar on cortex-a72)"

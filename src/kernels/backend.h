@@ -79,6 +79,7 @@ void register_attn_avx512(Backend& be);
 const Backend& neon_backend();
 void register_kquants_neon(Backend& be);
 void register_act_neon(Backend& be);
+void register_interleaved_neon(Backend& be);
 void register_attn_neon(Backend& be);
 #endif
 

@@ -1,6 +1,7 @@
 // NEON (armv8.2-a, dotprod, fp16) gemm for float weights and the 32-element
 // formats, and the backend table of this ISA. K formats: kquants_neon.cpp;
-// activation quantizers and KV helpers: act_neon.cpp.
+// the interleaved layout (Q4_0, Q8_0): interleaved_neon.cpp; activation
+// quantizers and KV helpers: act_neon.cpp.
 //
 // sdot multiplies signed bytes, so every 32-element format is decoded into
 // its signed values directly (Q4_0: q - 8, Q5_0: q - 16, Q4_1/Q5_1: q, which
@@ -192,6 +193,7 @@ Backend make_backend() {
   set(DType::Q5_1, run_tiles<LegacyKernel<Q5_1Fmt>>);
   set(DType::Q8_0, run_tiles<LegacyKernel<Q8_0Fmt>>);
   register_kquants_neon(be);
+  register_interleaved_neon(be);
   register_act_neon(be);
   register_attn_neon(be);
   return be;

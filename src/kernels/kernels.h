@@ -55,7 +55,8 @@ void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, 
 //   Interleave16: rows regrouped by 16; within a group, block by block, the
 //     16 rows' scales followed by their quants ordered so that one 64-byte
 //     vector holds four consecutive elements of each of the 16 rows (the order
-//     vpdpbusd consumes). A group of 16 rows holds exactly the bytes of those
+//     vpdpbusd consumes; NEON's sdot by lane takes each 16 bytes of it as four
+//     rows' four elements). A group of 16 rows holds exactly the bytes of those
 //     16 rows, so a packed tensor is the size of the original. Packed once at
 //     load (pack_rows); see pack.cpp for the byte-level layout.
 enum class Layout : uint8_t { Rows = 0, Interleave16 = 1 };

@@ -15,6 +15,9 @@
 // So one 64-byte chunk (after splitting nibbles for Q4_0) holds four
 // consecutive elements of each of the 16 rows: vpdpbusd against the same four
 // activation bytes broadcast to every lane gives 16 rows' partial sums at once.
+// NEON reads the same chunk as four 16-byte vectors, rows 4k..4k+3 each: one
+// sdot by lane against four activation bytes gives four rows' partial sums
+// (interleaved_neon.cpp).
 //
 // The K formats (Q4_K, Q5_K, Q6_K) are packed per super-block of 256 in
 // pack_kquants.cpp; this file dispatches to it.

@@ -5,8 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <random>
 #include <vector>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
@@ -166,13 +172,15 @@ TEST(Interleaved, LargestQuantsAndActivationsDoNotOverflow) {
 
 TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
   for (Isa isa : supported_isas()) {
+    // So the comparisons above ran each ISA's own kernel, not the scalar
+    // reference it would fall back to.
     const Layout l = preferred_layout(isa, DType::Q4_0, 1536, 1536);
-    if (isa == Isa::Avx512 || isa == Isa::Avx2) {
+    if (isa == Isa::Avx512 || isa == Isa::Avx2 || isa == Isa::Neon) {
       EXPECT_EQ(l, Layout::Interleave16) << isa_name(isa);
     }
     // Q8_0's unsigned quants overflow AVX2's 16-bit pair sums: rows there.
     EXPECT_EQ(preferred_layout(isa, DType::Q8_0, 1536, 1536),
-              isa == Isa::Avx512 ? Layout::Interleave16 : Layout::Rows) << isa_name(isa);
+              isa == Isa::Avx512 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows) << isa_name(isa);
     if (isa == Isa::Scalar) {
       EXPECT_EQ(l, Layout::Rows);
     }
@@ -185,6 +193,18 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
     EXPECT_EQ(preferred_layout(isa, DType::Q4_0, 1530, 1536), Layout::Rows);  // rows not a multiple of 16
     EXPECT_EQ(preferred_layout(isa, DType::Q3_K, 1536, 1536), Layout::Rows);  // no interleaved kernel
   }
+}
+
+// Which NEON prompt kernel the comparisons above ran: interleaved_neon.cpp
+// takes token pairs by smmla where HWCAP2_I8MM is set, else sdot.
+// scripts/test-aarch64.sh runs the tests on a core of each kind and checks
+// this line, so both paths are compared with the row layout.
+TEST(Interleaved, ReportsNeonI8mm) {
+#if defined(__aarch64__) && defined(__linux__) && defined(HWCAP2_I8MM)
+  std::cout << "[          ] neon i8mm: " << ((getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0 ? "yes" : "no") << "\n";
+#else
+  GTEST_SKIP() << "not aarch64 Linux";
+#endif
 }
 
 // Q4_0/Q8_0 only move bytes; the K formats' unpacked scales cost 64 bytes per

@@ -1,0 +1,75 @@
+// NEON (dotprod) gemm over the interleaved layout (pack.cpp) for Q4_0 and
+// Q8_0. The layout is the x86 one, read 16 bytes at a time: bytes
+// [16k, 16k + 16) of a 64-byte quant chunk are rows 4k..4k+3, four
+// consecutive elements each, which is exactly what
+// vdotq_laneq_s32(acc, w, x, lane) takes: four int32 lanes, one per row, each
+// the dot product of the row's four bytes with the four activation bytes in
+// `lane` of x. So one sdot does 4 rows x 4 elements with no per-row
+// reduction; a block's 32 activation bytes are two registers, loaded once
+// and used by every row of the group.
+//
+// Per block and quarter (4 rows) the quants become eight int8x16 vectors:
+// Q4_0 splits each of its four 16-byte loads into low nibbles (elements
+// 4c..4c+3) and high nibbles (16 + 4c..), left unsigned (0..15): the integer
+// sum starts from the activation row's trailer (-8 x sum of quants), which
+// removes the offset exactly, as on x86. Q8_0's stored quants are q + 128 (the
+// unsigned bytes vpdpbusd wants); sdot is signed x signed, so one EOR with
+// 0x80 per 16 bytes gives q back and the trailer is not used. That EOR is
+// the cost of sharing the x86 layout (one instruction per sdot in decode;
+// a NEON-only signed layout would drop it but needs the packer to know the
+// ISA).
+//
+// Cost per 4 rows x 32 weights, Q4_0 decode: one load, AND, shift, two sdot,
+// plus per block and quarter a conversion and two multiplies for the scales;
+// the row kernel (gemm_neon.cpp) spends a load, AND, shift, two subtracts, two
+// sdot, a conversion, a multiply-add and a scale load per row and block.
+//
+// The loop nest around the tiles is interleaved_driver.h's: decode takes
+// all 16 rows of a group per pass (one sequential weight stream); prompts
+// take a quarter of a group at a time for up to four tokens, so a quarter's
+// eight decoded vectors stay in registers while every token of the sub-tile
+// uses them.
+#include <arm_neon.h>
+
+#if defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
+#include "kernels/backend.h"
+#include "kernels/interleaved_neon.h"
+
+namespace edgelm::kernels {
+
+// Token pairs by smmla for the prompt case (interleaved_neon_i8mm.cpp).
+void register_interleaved_i8mm(Backend& be);
+
+namespace {
+
+// HWCAP2_I8MM: the i8mm file's instructions fault on a core without it
+// (RK3588's A76 and A55 among them).
+bool cpu_has_i8mm() {
+#if defined(__linux__) && defined(HWCAP2_I8MM)
+  return (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+#else
+  return false;
+#endif
+}
+
+// Prompt sub-tiles by sdot: every token of the sub-tile in one pass.
+struct SdotPass {
+  template <class F, int TS>
+  static void run(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr, float* y, int64_t ldy) {
+    quarter_pass<F, TS>(gp, k, nb, xr, y, ldy);
+  }
+};
+
+}  // namespace
+
+void register_interleaved_neon(Backend& be) {
+  be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16<SdotPass, Q4_0Quarter>;
+  be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16<SdotPass, Q8_0Quarter>;
+  if (cpu_has_i8mm()) register_interleaved_i8mm(be);
+}
+
+}  // namespace edgelm::kernels

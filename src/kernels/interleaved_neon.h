@@ -1,0 +1,170 @@
+// Internal: the pieces of the NEON interleaved gemm (interleaved_neon.cpp)
+// that its i8mm variant (interleaved_neon_i8mm.cpp) shares: the quarter
+// loaders, the sdot of four rows against a block, the decode pass over a
+// group and the sdot prompt pass over a quarter. See interleaved_neon.cpp
+// for the layout as NEON reads it.
+//
+// Internal linkage, as interleaved_driver.h: only for files compiled with
+// NEON's target flags (or a superset).
+#pragma once
+
+#include <arm_neon.h>
+
+#include "kernels/blocks.h"
+#include "kernels/interleaved_driver.h"
+#include "kernels/simd_neon.h"
+
+namespace edgelm::kernels {
+namespace {
+
+using namespace neon;
+
+constexpr int kPrefetch = 8;    // blocks ahead in the weight stream
+constexpr int kSubTokens = 4;   // tokens per pass over a quarter's quants
+
+// Every line of the block kPrefetch blocks past blk, into L1.
+template <class F>
+inline void prefetch_block(const uint8_t* blk) {
+  const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kBlock);
+  for (size_t off = 0; off < F::kBlock; off += 64) __builtin_prefetch(ahead + off, 0, 3);
+}
+
+// Eight quant vectors of one quarter of a packed block: q[i] for i < 4 meets
+// activation bytes 4i.. (lane i of the block's first 16 bytes), q[4 + i]
+// bytes 16 + 4i.. (lane i of the second 16).
+struct Q4_0Quarter {
+  static constexpr size_t kBlock = Q4_0Layout::kBlock;
+  static constexpr bool kTrailer = true;
+  static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
+    const uint8x16_t m = vdupq_n_u8(0x0F);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const uint8x16_t v = load_u8(blk + 32 + 64 * c + 16 * k);
+      q[c] = as_s8(vandq_u8(v, m));
+      q[c + 4] = as_s8(vshrq_n_u8(v, 4));
+    }
+  }
+};
+struct Q8_0Quarter {
+  static constexpr size_t kBlock = Q8_0Layout::kBlock;
+  static constexpr bool kTrailer = false;
+  static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
+    const uint8x16_t flip = vdupq_n_u8(0x80);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) q[c] = as_s8(veorq_u8(load_u8(blk + 32 + 64 * c + 16 * k), flip));
+  }
+};
+
+// s + the four rows' dot products with one block's activations (lo: bytes
+// 0..15, hi: 16..31). Lanes are immediates, hence no loop.
+inline __attribute__((always_inline)) int32x4_t dot8(int32x4_t s, const int8x16_t (&q)[8], int8x16_t lo,
+                                                     int8x16_t hi) {
+  s = vdotq_laneq_s32(s, q[0], lo, 0);
+  s = vdotq_laneq_s32(s, q[1], lo, 1);
+  s = vdotq_laneq_s32(s, q[2], lo, 2);
+  s = vdotq_laneq_s32(s, q[3], lo, 3);
+  s = vdotq_laneq_s32(s, q[4], hi, 0);
+  s = vdotq_laneq_s32(s, q[5], hi, 1);
+  s = vdotq_laneq_s32(s, q[6], hi, 2);
+  return vdotq_laneq_s32(s, q[7], hi, 3);
+}
+
+// Where block b's integer sums start for the activation row xr.
+template <class F>
+inline int32x4_t start(const uint8_t* xr, int64_t nb, int64_t b) {
+  return vdupq_n_s32(F::kTrailer ? i16_trailer(xr, nb, b) : 0);
+}
+
+// The f16 scales of rows 4k..4k+3 of a packed block.
+inline float32x4_t quarter_scales(const uint8_t* blk, int k) {
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(blk + 8 * k))));
+}
+
+// Decode: one token against all 16 rows of a group, every block once.
+template <class F>
+void decode_group(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
+  float32x4_t acc[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) acc[k] = vdupq_n_f32(0.0f);
+  const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
+    prefetch_block<F>(blk);
+    const int8x16_t lo = load_s8(xb[b].qs), hi = load_s8(xb[b].qs + 16);
+    const int32x4_t s0 = start<F>(xr, nb, b);
+    const float dx = half_to_float(xb[b].d);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      int8x16_t q[8];
+      F::load(blk, k, q);
+      const int32x4_t s = dot8(s0, q, lo, hi);
+      acc[k] = vfmaq_f32(acc[k], vcvtq_f32_s32(s), vmulq_n_f32(quarter_scales(blk, k), dx));
+    }
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) vst1q_f32(y + 4 * k, acc[k]);
+}
+
+// Prompt: TS tokens (activation rows xr[0..TS)) against quarter k of a group,
+// the outputs of token j stored at y[j * ldy + 4k ..].
+template <class F, int TS>
+void quarter_pass(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr, float* y, int64_t ldy) {
+  float32x4_t acc[TS];
+#pragma GCC unroll 4
+  for (int j = 0; j < TS; ++j) acc[j] = vdupq_n_f32(0.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
+    if (k == 0) prefetch_block<F>(blk);  // the first of a group's four passes
+    int8x16_t q[8];
+    F::load(blk, k, q);
+    const float32x4_t dw = quarter_scales(blk, k);
+#pragma GCC unroll 4
+    for (int j = 0; j < TS; ++j) {
+      const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
+      const int32x4_t s = dot8(start<F>(xr[j], nb, b), q, load_s8(xb->qs), load_s8(xb->qs + 16));
+      acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(s), vmulq_n_f32(dw, half_to_float(xb->d)));
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < TS; ++j) vst1q_f32(y + j * ldy + 4 * k, acc[j]);
+}
+
+// One group of 16 rows (G is always 1: interleaved_driver.h's decode and
+// prompt loops both take one group per call) x T tokens from t0; y is the
+// group's first output for token 0 of the matrix. Decode runs decode_group;
+// prompts run P::run<F, TS>(gp, k, nb, xr, y, ldy) for each quarter k of the
+// group and sub-tile of TS <= kSubTokens tokens.
+template <class P, class F, int G, int T>
+void group_tile(const GemmArgs& a, const uint8_t* gp, int64_t nb, int64_t t0, float* y) {
+  static_assert(G == 1);
+  if constexpr (T == 1) {
+    decode_group<F>(gp, nb, static_cast<const uint8_t*>(a.x) + t0 * a.x_stride, y + t0 * a.ldy);
+  } else {
+    for (int j0 = 0; j0 < T; j0 += kSubTokens) {
+      const uint8_t* xr[kSubTokens];
+      for (int j = 0; j < kSubTokens && j0 + j < T; ++j)
+        xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
+      float* yj = y + (t0 + j0) * a.ldy;
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        switch (T - j0 < kSubTokens ? T - j0 : kSubTokens) {
+          case 1: P::template run<F, 1>(gp, k, nb, xr, yj, a.ldy); break;
+          case 2: P::template run<F, 2>(gp, k, nb, xr, yj, a.ldy); break;
+          case 3: P::template run<F, 3>(gp, k, nb, xr, yj, a.ldy); break;
+          default: P::template run<F, 4>(gp, k, nb, xr, yj, a.ldy); break;
+        }
+      }
+    }
+  }
+}
+
+template <class P, class F>
+void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
+  const int64_t nb = a.n / 32;
+  i16_drive(a, r0, r1, 16 * a.w_stride, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
+    group_tile<P, F, G, T>(a, gp, nb, t0, y);
+  });
+}
+
+}  // namespace
+}  // namespace edgelm::kernels
