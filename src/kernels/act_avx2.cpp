@@ -1,12 +1,13 @@
 // AVX2 activation quantizers (Q8_0, Q8_1, Q8_K; bit-identical to the
-// reference in reference.h) and KV cache helpers (F32, F16, Q8_0 rows).
+// reference in reference.h) and KV cache helpers (F32, F16, Q8_0 rows); the
+// loops over blocks are act_quant.h's.
 
 #include <immintrin.h>
 
-#include <cstring>
-
+#include "kernels/act_quant.h"
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
+#include "kernels/float_rows.h"
 #include "kernels/fp16.h"
 #include "kernels/simd_avx2.h"
 
@@ -32,62 +33,48 @@ inline __m256i pack_i32x32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
   return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// One 32-element block the way quantize_q8_0 does it; returns sum(q) and the
-// unrounded scale.
-inline int quantize_block_q8(const float* x, uint16_t* d_out, int8_t* qs, float* d_exact) {
-  __m256 v[4];
-  __m256 amax = _mm256_setzero_ps();
-  for (int k = 0; k < 4; ++k) {
-    v[k] = _mm256_loadu_ps(x + 8 * k);
-    amax = _mm256_max_ps(amax, abs_ps(v[k]));
+inline __m256 int8x8_to_ps(const int8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// The vector work of act_quant.h; the F32 and F16 KV rows are float_rows.h's.
+struct Act : KvRows<F32x8> {
+  // One 32-element block the way quantize_q8_0 does it (see act_quant.h).
+  static int q8_block(const float* x, uint16_t* d_out, int8_t* qs, float* d_exact) {
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      amax = _mm256_max_ps(amax, abs_ps(v[k]));
+    }
+    const float d = hmax(amax) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    *d_out = fp::float_to_half(d);
+    *d_exact = d;
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k)
+      q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), pack_i32x32_to_i8(q[0], q[1], q[2], q[3]));
+    return hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
   }
-  const float d = hmax(amax) / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  *d_out = fp::float_to_half(d);
-  *d_exact = d;
-  __m256i q[4];
-  for (int k = 0; k < 4; ++k)
-    q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), pack_i32x32_to_i8(q[0], q[1], q[2], q[3]));
-  return hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-}
 
-void quantize_q8_0(const float* x, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ8_0*>(dst);
-  float d;
-  for (int64_t b = 0; b < n / kQK; ++b) quantize_block_q8(x + b * kQK, &y[b].d, y[b].qs, &d);
-}
-
-void quantize_q8_1(const float* x, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ8_1*>(dst);
-  for (int64_t b = 0; b < n / kQK; ++b) {
-    float d;
-    const int sum = quantize_block_q8(x + b * kQK, &y[b].d, y[b].qs, &d);
-    y[b].s = fp::float_to_half(static_cast<float>(sum) * d);
-  }
-}
-
-void quantize_q8_k(const float* x, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ8_K*>(dst);
-  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
+  static float abs_max_k(const float* x) {
     __m256 vmax = _mm256_setzero_ps();
     for (int k = 0; k < 32; ++k) vmax = _mm256_max_ps(vmax, abs_ps(_mm256_loadu_ps(x + 8 * k)));
-    const float amax = hmax(vmax);
-    if (amax == 0.0f) {
-      std::memset(&y[b], 0, sizeof y[b]);
-      continue;
-    }
-    // The reference keeps the first element of largest magnitude, sign included.
-    float m = 0.0f;
+    return hmax(vmax);
+  }
+
+  static float first_of_magnitude(const float* x, float amax) {
     for (int k = 0; k < 32; ++k) {
       const int hit = _mm256_movemask_ps(
           _mm256_cmp_ps(abs_ps(_mm256_loadu_ps(x + 8 * k)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
-      if (hit) {
-        m = x[8 * k + __builtin_ctz(static_cast<unsigned>(hit))];
-        break;
-      }
+      if (hit) return x[8 * k + __builtin_ctz(static_cast<unsigned>(hit))];
     }
-    const float iscale = -127.0f / m;
+    return 0.0f;
+  }
+
+  static void q8_k_quants(const float* x, float iscale, int8_t* qs, int16_t* bsums) {
     const __m256 vs = _mm256_set1_ps(iscale);
     for (int g = 0; g < 8; ++g) {  // 32 elements = two bsums groups per pass
       __m256i q[4];
@@ -97,110 +84,44 @@ void quantize_q8_k(const float* x, void* dst, int64_t n) {
             _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 32 * g + 8 * k))),
             _mm256_set1_epi32(127));
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs + 32 * g),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + 32 * g),
                           pack_i32x32_to_i8(q[0], q[1], q[2], q[3]));
-      y[b].bsums[2 * g] = static_cast<int16_t>(hsum_i32(_mm256_add_epi32(q[0], q[1])));
-      y[b].bsums[2 * g + 1] = static_cast<int16_t>(hsum_i32(_mm256_add_epi32(q[2], q[3])));
-    }
-    y[b].d = 1.0f / iscale;
-  }
-}
-
-// ---- KV rows -----------------------------------------------------------------------
-
-float dot_kv_f32(const float* q, const void* kv, int64_t n) {
-  const auto* k = static_cast<const float*>(kv);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), acc1);
-  }
-  for (; i + 8 <= n; i += 8)
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc0);
-  float s = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += q[i] * k[i];
-  return s;
-}
-
-float dot_kv_f16(const float* q, const void* kv, int64_t n) {
-  const auto* k = static_cast<const uint16_t*>(kv);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(load128(k + i)), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_cvtph_ps(load128(k + i + 8)), acc1);
-  }
-  for (; i + 8 <= n; i += 8)
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(load128(k + i)), acc0);
-  float s = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += q[i] * half_to_float(k[i]);
-  return s;
-}
-
-inline __m256 int8x8_to_ps(const int8_t* p) {
-  return _mm256_cvtepi32_ps(
-      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
-// Per block: (sum of the 32 products) * d, as the reference.
-float dot_kv_q8_0(const float* q, const void* kv, int64_t n) {
-  const auto* k = static_cast<const BlockQ8_0*>(kv);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK; ++b, q += kQK) {
-    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(q), int8x8_to_ps(k[b].qs));
-    p = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8), int8x8_to_ps(k[b].qs + 8), p);
-    p = _mm256_fmadd_ps(_mm256_loadu_ps(q + 16), int8x8_to_ps(k[b].qs + 16), p);
-    p = _mm256_fmadd_ps(_mm256_loadu_ps(q + 24), int8x8_to_ps(k[b].qs + 24), p);
-    acc = _mm256_fmadd_ps(p, _mm256_set1_ps(half_to_float(k[b].d)), acc);
-  }
-  return hsum(acc);
-}
-
-void axpy_kv_f32(float a, const void* v, float* y, int64_t n) {
-  const auto* vf = static_cast<const float*>(v);
-  const __m256 va = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(vf + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * vf[i];
-}
-
-void axpy_kv_f16(float a, const void* v, float* y, int64_t n) {
-  const auto* vh = static_cast<const uint16_t*>(v);
-  const __m256 va = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i,
-                     _mm256_fmadd_ps(va, _mm256_cvtph_ps(load128(vh + i)), _mm256_loadu_ps(y + i)));
-  }
-  for (; i < n; ++i) y[i] += a * half_to_float(vh[i]);
-}
-
-// y += (a * d) * q per block, as the reference.
-void axpy_kv_q8_0(float a, const void* v, float* y, int64_t n) {
-  const auto* vb = static_cast<const BlockQ8_0*>(v);
-  for (int64_t b = 0; b < n / kQK; ++b, y += kQK) {
-    const __m256 ad = _mm256_set1_ps(a * half_to_float(vb[b].d));
-    for (int k = 0; k < 4; ++k) {
-      _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(ad, int8x8_to_ps(vb[b].qs + 8 * k),
-                                                  _mm256_loadu_ps(y + 8 * k)));
+      bsums[2 * g] = static_cast<int16_t>(hsum_i32(_mm256_add_epi32(q[0], q[1])));
+      bsums[2 * g + 1] = static_cast<int16_t>(hsum_i32(_mm256_add_epi32(q[2], q[3])));
     }
   }
-}
+
+  // Per block: (sum of the 32 products) * d, as the reference.
+  static float dot_kv_q8_0(const float* q, const void* kv, int64_t n) {
+    const auto* k = static_cast<const BlockQ8_0*>(kv);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / kQK; ++b, q += kQK) {
+      __m256 p = _mm256_mul_ps(_mm256_loadu_ps(q), int8x8_to_ps(k[b].qs));
+      p = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8), int8x8_to_ps(k[b].qs + 8), p);
+      p = _mm256_fmadd_ps(_mm256_loadu_ps(q + 16), int8x8_to_ps(k[b].qs + 16), p);
+      p = _mm256_fmadd_ps(_mm256_loadu_ps(q + 24), int8x8_to_ps(k[b].qs + 24), p);
+      acc = _mm256_fmadd_ps(p, _mm256_set1_ps(half_to_float(k[b].d)), acc);
+    }
+    return hsum(acc);
+  }
+
+  // y += (a * d) * q per block, as the reference.
+  static void axpy_kv_q8_0(float a, const void* v, float* y, int64_t n) {
+    const auto* vb = static_cast<const BlockQ8_0*>(v);
+    for (int64_t b = 0; b < n / kQK; ++b, y += kQK) {
+      const __m256 ad = _mm256_set1_ps(a * half_to_float(vb[b].d));
+      for (int k = 0; k < 4; ++k) {
+        _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(ad, int8x8_to_ps(vb[b].qs + 8 * k),
+                                                    _mm256_loadu_ps(y + 8 * k)));
+      }
+    }
+  }
+};
 
 }  // namespace
 
 void register_act_avx2(Backend& be) {
-  be.quantize[act_slot(DType::Q8_0)] = quantize_q8_0;
-  be.quantize[act_slot(DType::Q8_1)] = quantize_q8_1;
-  be.quantize[act_slot(DType::Q8_K)] = quantize_q8_k;
-  be.dot_kv[kv_slot(DType::F32)] = dot_kv_f32;
-  be.dot_kv[kv_slot(DType::F16)] = dot_kv_f16;
-  be.dot_kv[kv_slot(DType::Q8_0)] = dot_kv_q8_0;
-  be.axpy_kv[kv_slot(DType::F32)] = axpy_kv_f32;
-  be.axpy_kv[kv_slot(DType::F16)] = axpy_kv_f16;
-  be.axpy_kv[kv_slot(DType::Q8_0)] = axpy_kv_q8_0;
+  register_act<Act>(be);
 }
 
 }  // namespace edgelm::kernels

@@ -1,10 +1,10 @@
 // AVX-512 attention tile kernels (see attn_avx2.cpp): 16 lanes, and masked
-// loads for a row's last partial vector instead of a scalar tail.
+// loads for a row's last partial vector instead of a scalar tail. The loop
+// nests over rows and exp are attn_tiles.h's.
 
 #include <immintrin.h>
 
-#include <cstring>
-
+#include "kernels/attn_tiles.h"
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
 #include "kernels/simd_avx512.h"
@@ -18,133 +18,91 @@ inline __mmask16 tail_mask(int64_t left) {
   return static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
 }
 
-inline void kv_f32(const void* src, float* dst, int64_t n) {
-  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-}
-
-inline void kv_f16(const void* src, float* dst, int64_t n) {
-  const auto* h = static_cast<const uint16_t*>(src);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
-  }
-}
-
-inline void kv_q8_0(const void* src, float* dst, int64_t n) {
-  const auto* b = static_cast<const BlockQ8_0*>(src);
-  for (int64_t k = 0; k < n / kQK; ++k, dst += kQK) {
-    const __m512 d = _mm512_set1_ps(half_to_float(b[k].d));
-    for (int j = 0; j < kQK; j += 16) {
-      const __m128i q8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs + j));
-      _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8)), d));
+struct Tiles {
+  static void kv_f16(const void* src, float* dst, int64_t n) {
+    const auto* h = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = tail_mask(n - i);
+      _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
     }
   }
-}
 
-template <int NR, int NK>
-inline void score_tile(const float* q, const float* k, int64_t d, float* s, int64_t lds) {
-  __m512 acc[NR][NK];
-  for (int i = 0; i < NR; ++i)
-    for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < d; c += 16) {
-    const __mmask16 m = tail_mask(d - c);
-    __m512 kv[NK];
-    for (int j = 0; j < NK; ++j) kv[j] = _mm512_maskz_loadu_ps(m, k + j * d + c);
-    for (int i = 0; i < NR; ++i) {
-      const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * d + c);
-      for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
+  static void kv_q8_0(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ8_0*>(src);
+    for (int64_t k = 0; k < n / kQK; ++k, dst += kQK) {
+      const __m512 d = _mm512_set1_ps(half_to_float(b[k].d));
+      for (int j = 0; j < kQK; j += 16) {
+        const __m128i q8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs + j));
+        _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8)), d));
+      }
     }
   }
-  for (int i = 0; i < NR; ++i)
-    for (int j = 0; j < NK; ++j) s[i * lds + j] = _mm512_reduce_add_ps(acc[i][j]);
-}
 
-template <int NR>
-inline void score_rows(const float* q, const float* k, int nk, int64_t d, float* s, int64_t lds) {
-  int j = 0;
-  for (; j + 2 <= nk; j += 2) score_tile<NR, 2>(q, k + j * d, d, s + j, lds);
-  if (j < nk) score_tile<NR, 1>(q, k + j * d, d, s + j, lds);
-}
-
-void scores(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
-  int i = 0;
-  for (; i + 4 <= nq; i += 4) score_rows<4>(q + i * d, k, nk, d, s + i * lds, lds);
-  for (; i + 2 <= nq; i += 2) score_rows<2>(q + i * d, k, nk, d, s + i * lds, lds);
-  if (i < nq) score_rows<1>(q + i * d, k, nk, d, s + i * lds, lds);
-}
-
-// NR accumulator rows, columns [c, c + 16 * NV) (masked past d) in registers.
-template <int NR, int NV>
-inline void accumulate_cols(const float* p, int64_t ldp, const float* v, int nk, int64_t d, float* o, int64_t c) {
-  __mmask16 m[NV];
-  for (int u = 0; u < NV; ++u) m[u] = tail_mask(d - c - 16 * u);
-  __m512 a[NR][NV];
-  for (int i = 0; i < NR; ++i)
-    for (int u = 0; u < NV; ++u) a[i][u] = _mm512_maskz_loadu_ps(m[u], o + i * d + c + 16 * u);
-  for (int j = 0; j < nk; ++j) {
-    __m512 vv[NV];
-    for (int u = 0; u < NV; ++u) vv[u] = _mm512_maskz_loadu_ps(m[u], v + j * d + c + 16 * u);
-    for (int i = 0; i < NR; ++i) {
-      const __m512 w = _mm512_set1_ps(p[i * ldp + j]);
-      for (int u = 0; u < NV; ++u) a[i][u] = _mm512_fmadd_ps(w, vv[u], a[i][u]);
+  template <int NR, int NK>
+  static void score_tile(const float* q, const float* k, int64_t d, float* s, int64_t lds) {
+    __m512 acc[NR][NK];
+    for (int i = 0; i < NR; ++i)
+      for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < d; c += 16) {
+      const __mmask16 m = tail_mask(d - c);
+      __m512 kv[NK];
+      for (int j = 0; j < NK; ++j) kv[j] = _mm512_maskz_loadu_ps(m, k + j * d + c);
+      for (int i = 0; i < NR; ++i) {
+        const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * d + c);
+        for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
+      }
     }
+    for (int i = 0; i < NR; ++i)
+      for (int j = 0; j < NK; ++j) s[i * lds + j] = _mm512_reduce_add_ps(acc[i][j]);
   }
-  for (int i = 0; i < NR; ++i)
-    for (int u = 0; u < NV; ++u) _mm512_mask_storeu_ps(o + i * d + c + 16 * u, m[u], a[i][u]);
-}
 
-template <int NR>
-inline void accumulate_rows(const float* p, int64_t ldp, const float* v, int nk, int64_t d, float* o) {
-  int64_t c = 0;
-  for (; c + 32 <= d; c += 32) accumulate_cols<NR, 2>(p, ldp, v, nk, d, o, c);
-  for (; c < d; c += 16) accumulate_cols<NR, 1>(p, ldp, v, nk, d, o, c);
-}
-
-void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o) {
-  int i = 0;
-  for (; i + 4 <= nq; i += 4) accumulate_rows<4>(p + i * ldp, ldp, v, nk, d, o + i * d);
-  for (; i + 2 <= nq; i += 2) accumulate_rows<2>(p + i * ldp, ldp, v, nk, d, o + i * d);
-  if (i < nq) accumulate_rows<1>(p + i * ldp, ldp, v, nk, d, o + i * d);
-}
-
-// exp(x) for x <= 0, as in attn_avx2.cpp; 2^n applied by scalef.
-inline __m512 exp_neg(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512 y = _mm512_scalef_ps(p, n);
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ), y);
-}
-
-float exp_sum(float* s, int n, float m) {
-  const __m512 mv = _mm512_set1_ps(m);
-  __m512 acc = _mm512_setzero_ps();
-  for (int j = 0; j < n; j += 16) {
-    const __mmask16 k = tail_mask(n - j);
-    const __m512 e = _mm512_maskz_mov_ps(k, exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv)));
-    _mm512_mask_storeu_ps(s + j, k, e);
-    acc = _mm512_add_ps(acc, e);
+  // NR accumulator rows, columns [c, c + 16 * NV) (masked past d) in registers.
+  template <int NR, int NV>
+  static void accumulate_cols(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
+                              float* o, int64_t c) {
+    __mmask16 m[NV];
+    for (int u = 0; u < NV; ++u) m[u] = tail_mask(d - c - 16 * u);
+    __m512 a[NR][NV];
+    for (int i = 0; i < NR; ++i)
+      for (int u = 0; u < NV; ++u) a[i][u] = _mm512_maskz_loadu_ps(m[u], o + i * d + c + 16 * u);
+    for (int j = 0; j < nk; ++j) {
+      __m512 vv[NV];
+      for (int u = 0; u < NV; ++u) vv[u] = _mm512_maskz_loadu_ps(m[u], v + j * d + c + 16 * u);
+      for (int i = 0; i < NR; ++i) {
+        const __m512 w = _mm512_set1_ps(p[i * ldp + j]);
+        for (int u = 0; u < NV; ++u) a[i][u] = _mm512_fmadd_ps(w, vv[u], a[i][u]);
+      }
+    }
+    for (int i = 0; i < NR; ++i)
+      for (int u = 0; u < NV; ++u) _mm512_mask_storeu_ps(o + i * d + c + 16 * u, m[u], a[i][u]);
   }
-  return _mm512_reduce_add_ps(acc);
-}
+
+  template <int NR>
+  static void accumulate_rows(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
+                              float* o) {
+    int64_t c = 0;
+    for (; c + 32 <= d; c += 32) accumulate_cols<NR, 2>(p, ldp, v, nk, d, o, c);
+    for (; c < d; c += 16) accumulate_cols<NR, 1>(p, ldp, v, nk, d, o, c);
+  }
+
+  static float exp_sum(float* s, int n, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+      const __mmask16 k = tail_mask(n - j);
+      const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv);
+      const __m512 e = _mm512_maskz_mov_ps(k, exp_neg<F32x16>(x));
+      _mm512_mask_storeu_ps(s + j, k, e);
+      acc = _mm512_add_ps(acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+  }
+};
 
 }  // namespace
 
 void register_attn_avx512(Backend& be) {
-  be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_f32>;
-  be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<kv_f16>;
-  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
-  be.attn_scores = scores;
-  be.attn_accumulate = accumulate;
-  be.attn_exp_sum = exp_sum;
+  register_attn<Tiles>(be);
 }
 
 }  // namespace edgelm::kernels

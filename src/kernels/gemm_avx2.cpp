@@ -16,6 +16,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
+#include "kernels/float_rows.h"
 #include "kernels/simd_avx2.h"
 #include "kernels/tile_driver.h"
 
@@ -23,65 +24,6 @@ namespace edgelm::kernels {
 namespace {
 
 using namespace avx2;
-
-// ---- float weights: y = sum(w * x) ---------------------------------------------
-
-struct LoadF32 {
-  using W = float;
-  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
-  static float at(const float* p, int64_t i) { return p[i]; }
-};
-struct LoadF16 {
-  using W = uint16_t;
-  static __m256 load(const uint16_t* p) { return _mm256_cvtph_ps(load128(p)); }
-  static float at(const uint16_t* p, int64_t i) { return half_to_float(p[i]); }
-};
-struct LoadBF16 {
-  using W = uint16_t;
-  static __m256 load(const uint16_t* p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16));
-  }
-  static float at(const uint16_t* p, int64_t i) {
-    const uint32_t u = static_cast<uint32_t>(p[i]) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-};
-
-// R rows x T tokens, 8 elements per step; a row tail of n % 8 elements is
-// summed in scalar code.
-template <class L>
-struct FloatKernel {
-  static constexpr int kRows = 2, kToks = 4;
-  static constexpr int kDecodeRows = 2;
-
-  template <int R, int T>
-  static void tile(const GemmArgs& a, int64_t r, int64_t t) {
-    const RowPtrs<typename L::W, R> w(a, r);
-    const TokPtrs<float, T> x(a, t);
-    __m256 acc[R][T];
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 8 <= a.n; k += 8) {
-      __m256 xv[T];
-      for (int j = 0; j < T; ++j) xv[j] = _mm256_loadu_ps(x.p[j] + k);
-      for (int i = 0; i < R; ++i) {
-        prefetch_weights(w.p[i] + k, R * w.stride, 1);
-        const __m256 wv = L::load(w.p[i] + k);
-        for (int j = 0; j < T; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
-      }
-    }
-    for (int i = 0; i < R; ++i) {
-      for (int j = 0; j < T; ++j) {
-        float s = hsum(acc[i][j]);
-        for (int64_t e = k; e < a.n; ++e) s += L::at(w.p[i], e) * x.p[j][e];
-        a.y[(t + j) * a.ldy + r + i] = s;
-      }
-    }
-  }
-};
 
 // ---- 32-element formats ---------------------------------------------------------------
 
@@ -194,9 +136,10 @@ struct LegacyKernel {
 Backend make_backend() {
   Backend be;
   auto set = [&](DType t, GemmFn f) { be.gemm[static_cast<int>(t)] = f; };
-  set(DType::F32, run_tiles<FloatKernel<LoadF32>>);
-  set(DType::F16, run_tiles<FloatKernel<LoadF16>>);
-  set(DType::BF16, run_tiles<FloatKernel<LoadBF16>>);
+  // Float weights: float_rows.h's tile, 2 rows x 4 tokens.
+  set(DType::F32, run_tiles<FloatKernel<LoadF32<F32x8>, 2, 4>>);
+  set(DType::F16, run_tiles<FloatKernel<LoadF16<F32x8>, 2, 4>>);
+  set(DType::BF16, run_tiles<FloatKernel<LoadBF16<F32x8>, 2, 4>>);
   set(DType::Q4_0, run_tiles<LegacyKernel<Q4_0Fmt>>);
   set(DType::Q4_1, run_tiles<LegacyKernel<Q4_1Fmt>>);
   set(DType::Q5_0, run_tiles<LegacyKernel<Q5_0Fmt>>);

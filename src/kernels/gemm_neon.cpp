@@ -15,6 +15,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
+#include "kernels/float_rows.h"
 #include "kernels/simd_neon.h"
 #include "kernels/tile_driver.h"
 
@@ -22,66 +23,6 @@ namespace edgelm::kernels {
 namespace {
 
 using namespace neon;
-
-// ---- float weights: y = sum(w * x) ---------------------------------------------
-
-struct LoadF32 {
-  using W = float;
-  static float32x4_t load(const float* p) { return vld1q_f32(p); }
-  static float at(const float* p, int64_t i) { return p[i]; }
-};
-struct LoadF16 {
-  using W = uint16_t;
-  static float32x4_t load(const uint16_t* p) {
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
-  }
-  static float at(const uint16_t* p, int64_t i) { return half_to_float(p[i]); }
-};
-struct LoadBF16 {
-  using W = uint16_t;
-  static float32x4_t load(const uint16_t* p) {
-    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
-  }
-  static float at(const uint16_t* p, int64_t i) {
-    const uint32_t u = static_cast<uint32_t>(p[i]) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-};
-
-// R rows x T tokens, 4 elements per step; a row tail of n % 4 is scalar.
-template <class L>
-struct FloatKernel {
-  static constexpr int kRows = 4, kToks = 4;
-  static constexpr int kDecodeRows = 4;
-
-  template <int R, int T>
-  static void tile(const GemmArgs& a, int64_t r, int64_t t) {
-    const RowPtrs<typename L::W, R> w(a, r);
-    const TokPtrs<float, T> x(a, t);
-    float32x4_t acc[R][T];
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
-    int64_t k = 0;
-    for (; k + 4 <= a.n; k += 4) {
-      float32x4_t xv[T];
-      for (int j = 0; j < T; ++j) xv[j] = vld1q_f32(x.p[j] + k);
-      for (int i = 0; i < R; ++i) {
-        prefetch_weights(w.p[i] + k, R * w.stride, 1);
-        const float32x4_t wv = L::load(w.p[i] + k);
-        for (int j = 0; j < T; ++j) acc[i][j] = vfmaq_f32(acc[i][j], wv, xv[j]);
-      }
-    }
-    for (int i = 0; i < R; ++i) {
-      for (int j = 0; j < T; ++j) {
-        float s = vaddvq_f32(acc[i][j]);
-        for (int64_t e = k; e < a.n; ++e) s += L::at(w.p[i], e) * x.p[j][e];
-        a.y[(t + j) * a.ldy + r + i] = s;
-      }
-    }
-  }
-};
 
 // ---- 32-element formats ---------------------------------------------------------------
 
@@ -184,9 +125,10 @@ struct LegacyKernel {
 Backend make_backend() {
   Backend be;
   auto set = [&](DType t, GemmFn f) { be.gemm[static_cast<int>(t)] = f; };
-  set(DType::F32, run_tiles<FloatKernel<LoadF32>>);
-  set(DType::F16, run_tiles<FloatKernel<LoadF16>>);
-  set(DType::BF16, run_tiles<FloatKernel<LoadBF16>>);
+  // Float weights: float_rows.h's tile, 4 rows x 4 tokens.
+  set(DType::F32, run_tiles<FloatKernel<LoadF32<F32x4>, 4, 4>>);
+  set(DType::F16, run_tiles<FloatKernel<LoadF16<F32x4>, 4, 4>>);
+  set(DType::BF16, run_tiles<FloatKernel<LoadBF16<F32x4>, 4, 4>>);
   set(DType::Q4_0, run_tiles<LegacyKernel<Q4_0Fmt>>);
   set(DType::Q4_1, run_tiles<LegacyKernel<Q4_1Fmt>>);
   set(DType::Q5_0, run_tiles<LegacyKernel<Q5_0Fmt>>);

@@ -32,6 +32,20 @@ static inline void pack_q4k_scales(const uint8_t sc[8], const uint8_t mn[8], uin
   }
 }
 
+// The same unpacking done four bytes at a time, for the SIMD kernels (the
+// reference above is the oracle for both): byte j of *sc / *mn is scale /
+// min j.
+static inline void unpack_q4k_scale_words(const uint8_t* p, uint64_t* sc, uint64_t* mn) {
+  uint32_t p0, p1, p2;
+  std::memcpy(&p0, p, 4);
+  std::memcpy(&p1, p + 4, 4);
+  std::memcpy(&p2, p + 8, 4);
+  const uint32_t sc_hi = (p2 & 0x0f0f0f0fu) | (((p0 >> 6) & 0x03030303u) << 4);
+  const uint32_t mn_hi = ((p2 >> 4) & 0x0f0f0f0fu) | (((p1 >> 6) & 0x03030303u) << 4);
+  *sc = (p0 & 0x3f3f3f3fu) | (static_cast<uint64_t>(sc_hi) << 32);
+  *mn = (p1 & 0x3f3f3f3fu) | (static_cast<uint64_t>(mn_hi) << 32);
+}
+
 // Q3_K: 16 signed scales (stored biased by 32) of 6 bits in 12 bytes; see
 // BlockQ3_K. Returns them unbiased, in [-32, 31].
 static inline void unpack_q3k_scales(const uint8_t* p, int8_t out[16]) {
@@ -40,6 +54,20 @@ static inline void unpack_q3k_scales(const uint8_t* p, int8_t out[16]) {
     const int hi = (p[8 + j % 4] >> (2 * (j / 4))) & 3;
     out[j] = static_cast<int8_t>((lo | (hi << 4)) - 32);
   }
+}
+
+// Four bytes at a time, still biased: byte k of w[q] is scale 4q + k plus 32.
+// Scale j: low nibble from byte j % 8 (high half for j >= 8), top bits from
+// byte 8 + j % 4 at 2 * (j / 4).
+static inline void unpack_q3k_biased_words(const uint8_t* p, uint32_t w[4]) {
+  uint32_t p0, p1, p2;
+  std::memcpy(&p0, p, 4);
+  std::memcpy(&p1, p + 4, 4);
+  std::memcpy(&p2, p + 8, 4);
+  w[0] = (p0 & 0x0f0f0f0fu) | ((p2 & 0x03030303u) << 4);
+  w[1] = (p1 & 0x0f0f0f0fu) | (((p2 >> 2) & 0x03030303u) << 4);
+  w[2] = ((p0 >> 4) & 0x0f0f0f0fu) | (((p2 >> 4) & 0x03030303u) << 4);
+  w[3] = ((p1 >> 4) & 0x0f0f0f0fu) | (((p2 >> 6) & 0x03030303u) << 4);
 }
 
 // `biased` holds values in [0, 63] (the scale plus 32).

@@ -14,10 +14,9 @@
 
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
+#include "kernels/kquant_scales.h"
 #include "kernels/simd_avx2.h"
 #include "kernels/tile_driver.h"
 
@@ -42,17 +41,6 @@ inline __m256i dup16(__m256i v) {
 inline __m256i bit_set(__m256i m, int bit) {
   const __m256i b = _mm256_set1_epi8(static_cast<char>(1 << bit));
   return _mm256_cmpeq_epi8(_mm256_and_si256(m, b), b);
-}
-
-inline void q4k_scale_words(const uint8_t* p, uint64_t* sc, uint64_t* mn) {
-  uint32_t p0, p1, p2;
-  std::memcpy(&p0, p, 4);
-  std::memcpy(&p1, p + 4, 4);
-  std::memcpy(&p2, p + 8, 4);
-  const uint32_t sc_hi = (p2 & 0x0f0f0f0fu) | (((p0 >> 6) & 0x03030303u) << 4);
-  const uint32_t mn_hi = ((p2 >> 4) & 0x0f0f0f0fu) | (((p1 >> 6) & 0x03030303u) << 4);
-  *sc = (p0 & 0x3f3f3f3fu) | (static_cast<uint64_t>(sc_hi) << 32);
-  *mn = (p1 & 0x3f3f3f3fu) | (static_cast<uint64_t>(mn_hi) << 32);
 }
 
 // 16 signed scales as bytes -> KRow::sc and corr.
@@ -91,16 +79,10 @@ struct Q3KFmt {
   static constexpr bool kMins = false;
   static constexpr bool kSub16 = true;
   static KRow prepare(const WB& b) {
-    uint32_t p0, p1, p2;
-    std::memcpy(&p0, b.scales, 4);
-    std::memcpy(&p1, b.scales + 4, 4);
-    std::memcpy(&p2, b.scales + 8, 4);
-    const uint32_t w0 = (p0 & 0x0f0f0f0fu) | ((p2 & 0x03030303u) << 4);
-    const uint32_t w1 = (p1 & 0x0f0f0f0fu) | (((p2 >> 2) & 0x03030303u) << 4);
-    const uint32_t w2 = ((p0 >> 4) & 0x0f0f0f0fu) | (((p2 >> 4) & 0x03030303u) << 4);
-    const uint32_t w3 = ((p1 >> 4) & 0x0f0f0f0fu) | (((p2 >> 6) & 0x03030303u) << 4);
-    const __m128i biased = _mm_set_epi32(static_cast<int>(w3), static_cast<int>(w2),
-                                         static_cast<int>(w1), static_cast<int>(w0));
+    uint32_t w[4];
+    unpack_q3k_biased_words(b.scales, w);
+    const __m128i biased = _mm_set_epi32(static_cast<int>(w[3]), static_cast<int>(w[2]),
+                                         static_cast<int>(w[1]), static_cast<int>(w[0]));
     KRow s;
     signed_scales16(_mm_sub_epi8(biased, _mm_set1_epi8(32)), &s);
     s.d = half_to_float(b.d);
@@ -117,23 +99,27 @@ struct Q3KFmt {
   }
 };
 
+// Q4_K and Q5_K: 8 scales of 32-element sub-blocks, 8 mins.
+template <class WB>
+inline KRow q45k_prepare(const WB& b) {
+  uint64_t sc, mn;
+  unpack_q4k_scale_words(b.scales, &sc, &mn);
+  KRow s;
+  s.sc[0] = dup16(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+  s.sc[1] = s.sc[0];
+  s.corr =
+      dup16(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));  // each min twice
+  s.d = half_to_float(b.d);
+  s.dmin = half_to_float(b.dmin);
+  return s;
+}
+
 struct Q4KFmt {
   using WB = BlockQ4_K;
   static constexpr int kOffsetShift = -1;
   static constexpr bool kMins = true;
   static constexpr bool kSub16 = false;
-  static KRow prepare(const WB& b) {
-    uint64_t sc, mn;
-    q4k_scale_words(b.scales, &sc, &mn);
-    KRow s;
-    s.sc[0] = dup16(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
-    s.sc[1] = s.sc[0];
-    s.corr = dup16(
-        _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));  // each min twice
-    s.d = half_to_float(b.d);
-    s.dmin = half_to_float(b.dmin);
-    return s;
-  }
+  static KRow prepare(const WB& b) { return q45k_prepare(b); }
   // Chunk j: nibble j % 2 of qs[32 * (j / 2) ..].
   static __m256i quants(const WB& b, int j) {
     return _mm256_and_si256(_mm256_srli_epi16(load256(b.qs + 32 * (j >> 1)), 4 * (j & 1)),
@@ -146,17 +132,7 @@ struct Q5KFmt {
   static constexpr int kOffsetShift = -1;
   static constexpr bool kMins = true;
   static constexpr bool kSub16 = false;
-  static KRow prepare(const WB& b) {
-    uint64_t sc, mn;
-    q4k_scale_words(b.scales, &sc, &mn);
-    KRow s;
-    s.sc[0] = dup16(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
-    s.sc[1] = s.sc[0];
-    s.corr = dup16(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
-    s.d = half_to_float(b.d);
-    s.dmin = half_to_float(b.dmin);
-    return s;
-  }
+  static KRow prepare(const WB& b) { return q45k_prepare(b); }
   static __m256i quants(const WB& b, int j) {
     const __m256i lo = _mm256_and_si256(
         _mm256_srli_epi16(load256(b.qs + 32 * (j >> 1)), 4 * (j & 1)), _mm256_set1_epi8(0x0f));

@@ -21,10 +21,9 @@
 
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
+#include "kernels/kquant_scales.h"
 #include "kernels/simd_avx512.h"
 #include "kernels/tile_driver.h"
 
@@ -67,18 +66,6 @@ inline __m512i nibble_pairs(const uint8_t* qs32) {
                           _mm512_set1_epi8(0x0f));
 }
 
-// The 8 scales and 8 mins (6 bits each) of Q4_K / Q5_K, as two 8-byte words.
-inline void q4k_scale_words(const uint8_t* p, uint64_t* sc, uint64_t* mn) {
-  uint32_t p0, p1, p2;
-  std::memcpy(&p0, p, 4);
-  std::memcpy(&p1, p + 4, 4);
-  std::memcpy(&p2, p + 8, 4);
-  const uint32_t sc_hi = (p2 & 0x0f0f0f0fu) | (((p0 >> 6) & 0x03030303u) << 4);
-  const uint32_t mn_hi = ((p2 >> 4) & 0x0f0f0f0fu) | (((p1 >> 6) & 0x03030303u) << 4);
-  *sc = (p0 & 0x3f3f3f3fu) | (static_cast<uint64_t>(sc_hi) << 32);
-  *mn = (p1 & 0x3f3f3f3fu) | (static_cast<uint64_t>(mn_hi) << 32);
-}
-
 struct Q2KFmt {
   using WB = BlockQ2_K;
   static constexpr int kOffsetShift = -1;  // no offset
@@ -106,18 +93,10 @@ struct Q3KFmt {
   static constexpr bool kMins = false;
   static constexpr bool kSub16 = true;
   static KRow prepare(const WB& b) {
-    uint32_t p0, p1, p2;
-    std::memcpy(&p0, b.scales, 4);
-    std::memcpy(&p1, b.scales + 4, 4);
-    std::memcpy(&p2, b.scales + 8, 4);
-    // Scale j: low nibble from byte j % 8 (high half for j >= 8), top bits
-    // from byte 8 + j % 4 at 2 * (j / 4); four scales per word.
-    const uint32_t w0 = (p0 & 0x0f0f0f0fu) | ((p2 & 0x03030303u) << 4);
-    const uint32_t w1 = (p1 & 0x0f0f0f0fu) | (((p2 >> 2) & 0x03030303u) << 4);
-    const uint32_t w2 = ((p0 >> 4) & 0x0f0f0f0fu) | (((p2 >> 4) & 0x03030303u) << 4);
-    const uint32_t w3 = ((p1 >> 4) & 0x0f0f0f0fu) | (((p2 >> 6) & 0x03030303u) << 4);
-    const __m128i biased = _mm_set_epi32(static_cast<int>(w3), static_cast<int>(w2),
-                                         static_cast<int>(w1), static_cast<int>(w0));
+    uint32_t w[4];
+    unpack_q3k_biased_words(b.scales, w);
+    const __m128i biased = _mm_set_epi32(static_cast<int>(w[3]), static_cast<int>(w[2]),
+                                         static_cast<int>(w[1]), static_cast<int>(w[0]));
     const __m256i sc = _mm256_sub_epi16(_mm256_cvtepu8_epi16(biased), _mm256_set1_epi16(32));
     KRow s;
     s.sc = _mm512_castsi256_si512(sc);
@@ -136,24 +115,29 @@ struct Q3KFmt {
   }
 };
 
+// Q4_K and Q5_K: 8 scales of 32-element sub-blocks, 8 mins; aux is left
+// zero.
+template <class WB>
+inline KRow q45k_prepare(const WB& b) {
+  uint64_t sc, mn;
+  unpack_q4k_scale_words(b.scales, &sc, &mn);
+  KRow s;
+  s.sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+  // Each min twice, to pair with the two bsums of its 32 elements.
+  const __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn)));
+  s.corr = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
+  s.aux = _mm512_setzero_si512();
+  s.d = half_to_float(b.d);
+  s.dmin = half_to_float(b.dmin);
+  return s;
+}
+
 struct Q4KFmt {
   using WB = BlockQ4_K;
   static constexpr int kOffsetShift = -1;
   static constexpr bool kMins = true;
   static constexpr bool kSub16 = false;
-  static KRow prepare(const WB& b) {
-    uint64_t sc, mn;
-    q4k_scale_words(b.scales, &sc, &mn);
-    KRow s;
-    s.sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc))));
-    // Each min twice, to pair with the two bsums of its 32 elements.
-    const __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn)));
-    s.corr = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
-    s.aux = _mm512_setzero_si512();
-    s.d = half_to_float(b.d);
-    s.dmin = half_to_float(b.dmin);
-    return s;
-  }
+  static KRow prepare(const WB& b) { return q45k_prepare(b); }
   static __m512i quants(const WB& b, const KRow&, int c) { return nibble_pairs(b.qs + 32 * c); }
 };
 
@@ -163,15 +147,8 @@ struct Q5KFmt {
   static constexpr bool kMins = true;
   static constexpr bool kSub16 = false;
   static KRow prepare(const WB& b) {
-    uint64_t sc, mn;
-    q4k_scale_words(b.scales, &sc, &mn);
-    KRow s;
-    s.sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc))));
-    const __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn)));
-    s.corr = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
+    KRow s = q45k_prepare(b);
     s.aux = bcast256(b.qh);
-    s.d = half_to_float(b.d);
-    s.dmin = half_to_float(b.dmin);
     return s;
   }
   static __m512i quants(const WB& b, const KRow& s, int c) {

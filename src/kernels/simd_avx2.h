@@ -46,4 +46,40 @@ static inline __m256i dot_u8s8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
+// 8 f32 lanes: the operations of the kernels that are written once over a
+// vector type (float_rows.h, attn_tiles.h), as the AVX2 instructions they
+// were written with here before. Internal linkage, as everything above.
+namespace {
+struct F32x8 {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V splat(float f) { return _mm256_set1_ps(f); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V load_f16(const uint16_t* p) { return _mm256_cvtph_ps(load128(p)); }
+  static V load_bf16(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16));
+  }
+  static float half(uint16_t h) { return half_to_float(h); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }    // a * b + c
+  static V fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a * b
+  static V round(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static float sum(V v) { return hsum(v); }
+  // p * 2^n for integral n in [-126, 127], built in the exponent bits.
+  static V scale_pow2(V p, V n) {
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  }
+  // y where x >= lim, else 0.
+  static V keep_ge(V y, V x, float lim) {
+    return _mm256_and_ps(y, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ));
+  }
+};
+}  // namespace
+
 }  // namespace edgelm::kernels::avx2

@@ -34,4 +34,25 @@ static inline float half_to_float(uint16_t h) {
   return _cvtsh_ss(h);
 }
 
+// 16 f32 lanes: the operations attn_tiles.h's exp_neg needs. (The other
+// kernels written once over a vector type do not fit AVX-512, which ends a
+// row with a masked vector rather than a scalar tail.)
+namespace {
+struct F32x16 {
+  using V = __m512;
+  static V splat(float f) { return _mm512_set1_ps(f); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }    // a * b + c
+  static V fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a * b
+  static V round(V v) {
+    return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static V scale_pow2(V p, V n) { return _mm512_scalef_ps(p, n); }  // p * 2^n
+  // y where x >= lim, else 0.
+  static V keep_ge(V y, V x, float lim) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), y);
+  }
+};
+}  // namespace
+
 }  // namespace edgelm::kernels::avx512

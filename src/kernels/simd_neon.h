@@ -33,4 +33,40 @@ static inline uint8x16_t bits_to_bytes(uint32_t bits) {
   return vtstq_u8(spread, sel);
 }
 
+// 4 f32 lanes: the operations of the kernels that are written once over a
+// vector type (float_rows.h, attn_tiles.h), as the NEON instructions they
+// were written with here before. Internal linkage, as everything above.
+namespace {
+struct F32x4 {
+  using V = float32x4_t;
+  static constexpr int kLanes = 4;
+  static V zero() { return vdupq_n_f32(0.0f); }
+  static V splat(float f) { return vdupq_n_f32(f); }
+  static V load(const float* p) { return vld1q_f32(p); }
+  static void store(float* p, V v) { vst1q_f32(p, v); }
+  static V load_f16(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+  static V load_bf16(const uint16_t* p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+  }
+  static float half(uint16_t h) { return half_to_float(h); }
+  static V add(V a, V b) { return vaddq_f32(a, b); }
+  static V sub(V a, V b) { return vsubq_f32(a, b); }
+  static V mul(V a, V b) { return vmulq_f32(a, b); }
+  static V fma(V a, V b, V c) { return vfmaq_f32(c, a, b); }   // a * b + c
+  static V fnma(V a, V b, V c) { return vfmsq_f32(c, a, b); }  // c - a * b
+  static V round(V v) { return vrndnq_f32(v); }
+  static float sum(V v) { return vaddvq_f32(v); }
+  // p * 2^n for integral n in [-126, 127], built in the exponent bits.
+  static V scale_pow2(V p, V n) {
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+  }
+  // y where x >= lim, else 0.
+  static V keep_ge(V y, V x, float lim) {
+    return vreinterpretq_f32_u32(
+        vandq_u32(vreinterpretq_u32_f32(y), vcgeq_f32(x, vdupq_n_f32(lim))));
+  }
+};
+}  // namespace
+
 }  // namespace edgelm::kernels::neon

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "kernels/blocks.h"
 #include "kernels/kernels.h"
+#include "kernels/kquant_scales.h"
 
 namespace edgelm::kernels {
 namespace {
@@ -30,6 +32,32 @@ TEST(Blocks, SizesMatchTheGgufTypeTable) {
     EXPECT_EQ(dtype_info(t).block_size, static_cast<uint32_t>(kQK));
   for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K})
     EXPECT_EQ(dtype_info(t).block_size, static_cast<uint32_t>(kQK_K));
+}
+
+// The word-at-a-time unpacking the SIMD kernels use gives the bytes of the
+// byte-at-a-time one, for any 12 bytes.
+TEST(Blocks, ScaleWordsMatchTheBytewiseUnpacking) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int trial = 0; trial < 200; ++trial) {
+    uint8_t p[12];
+    for (auto& v : p) v = static_cast<uint8_t>(byte(rng));
+    uint8_t sc[8], mn[8];
+    unpack_q4k_scales(p, sc, mn);
+    uint64_t sc_w, mn_w;
+    unpack_q4k_scale_words(p, &sc_w, &mn_w);
+    for (int j = 0; j < 8; ++j) {
+      EXPECT_EQ((sc_w >> (8 * j)) & 0xff, sc[j]) << trial << " " << j;
+      EXPECT_EQ((mn_w >> (8 * j)) & 0xff, mn[j]) << trial << " " << j;
+    }
+    int8_t s3[16];
+    unpack_q3k_scales(p, s3);
+    uint32_t w[4];
+    unpack_q3k_biased_words(p, w);
+    for (int j = 0; j < 16; ++j)
+      EXPECT_EQ(static_cast<int>((w[j / 4] >> (8 * (j % 4))) & 0xff), s3[j] + 32)
+          << trial << " " << j;
+  }
 }
 
 template <class B>

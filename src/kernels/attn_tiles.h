@@ -1,0 +1,177 @@
+// Internal: the attention tile kernels (kernels.h, "attention tiles") that
+// every ISA shares: the loop nests over query rows, key rows and columns,
+// and exp. Written once over
+//
+//   a tile kernel K (attn_<isa>.cpp):
+//     template <int NR, int NK> static void score_tile(q, k, d, s, lds);
+//       // scores of NR query rows against NK key rows
+//     template <int NR> static void accumulate_rows(p, ldp, v, nk, d, o);
+//       // NR accumulator rows, all d columns
+//     static float exp_sum(float* s, int n, float m);
+//     static void kv_f16(const void* src, float* dst, int64_t n);  // one row
+//     static void kv_q8_0(const void* src, float* dst, int64_t n);
+//   and, for the parts that are the same arithmetic on every ISA, a vector
+//   type S (F32x8 in simd_avx2.h, F32x4 in simd_neon.h, F32x16 in
+//   simd_avx512.h): VecTiles<S> is the tile kernel of an ISA whose rows end
+//   in a scalar tail (AVX2, NEON; AVX-512 masks the last vector instead).
+//
+// Per (query row, key row) one vector accumulator walks the row in order,
+// so every tile shape rounds a score the same way.
+//
+// Internal linkage, as tile_driver.h: K and S are always types local to one
+// translation unit, compiled with that ISA's flags.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/backend.h"
+
+namespace edgelm::kernels {
+namespace {
+
+// exp(x) for x <= 0: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so
+// n ln2 is exact enough), e^r by its Taylor polynomial to r^6 (truncation
+// about 1.2e-7 relative), times 2^n. Below -87.3 (2^-126) the result is 0.
+template <class S>
+inline typename S::V exp_neg(typename S::V x) {
+  using V = typename S::V;
+  const V n = S::round(S::mul(x, S::splat(1.44269504088896341f)));
+  V r = S::fnma(n, S::splat(0.693145751953125f), x);
+  r = S::fnma(n, S::splat(1.428606765330187e-06f), r);
+  V p = S::splat(1.0f / 720);
+  p = S::fma(p, r, S::splat(1.0f / 120));
+  p = S::fma(p, r, S::splat(1.0f / 24));
+  p = S::fma(p, r, S::splat(1.0f / 6));
+  p = S::fma(p, r, S::splat(0.5f));
+  p = S::fma(p, r, S::splat(1.0f));
+  p = S::fma(p, r, S::splat(1.0f));
+  return S::keep_ge(S::scale_pow2(p, n), x, -87.3f);
+}
+
+template <class S>
+struct VecTiles {
+  using V = typename S::V;
+  static constexpr int L = S::kLanes;
+
+  template <int NR, int NK>
+  static void score_tile(const float* q, const float* k, int64_t d, float* s, int64_t lds) {
+    V acc[NR][NK];
+    for (int i = 0; i < NR; ++i)
+      for (int j = 0; j < NK; ++j) acc[i][j] = S::zero();
+    int64_t c = 0;
+    for (; c + L <= d; c += L) {
+      V kv[NK];
+      for (int j = 0; j < NK; ++j) kv[j] = S::load(k + j * d + c);
+      for (int i = 0; i < NR; ++i) {
+        const V qv = S::load(q + i * d + c);
+        for (int j = 0; j < NK; ++j) acc[i][j] = S::fma(qv, kv[j], acc[i][j]);
+      }
+    }
+    for (int i = 0; i < NR; ++i) {
+      for (int j = 0; j < NK; ++j) {
+        float t = S::sum(acc[i][j]);
+        for (int64_t e = c; e < d; ++e) t += q[i * d + e] * k[j * d + e];
+        s[i * lds + j] = t;
+      }
+    }
+  }
+
+  // NR accumulator rows, columns [c, c + L * NV) kept in registers over all nk keys.
+  template <int NR, int NV>
+  static void accumulate_cols(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
+                              float* o, int64_t c) {
+    V a[NR][NV];
+    for (int i = 0; i < NR; ++i)
+      for (int u = 0; u < NV; ++u) a[i][u] = S::load(o + i * d + c + L * u);
+    for (int j = 0; j < nk; ++j) {
+      V vv[NV];
+      for (int u = 0; u < NV; ++u) vv[u] = S::load(v + j * d + c + L * u);
+      for (int i = 0; i < NR; ++i) {
+        const V w = S::splat(p[i * ldp + j]);
+        for (int u = 0; u < NV; ++u) a[i][u] = S::fma(w, vv[u], a[i][u]);
+      }
+    }
+    for (int i = 0; i < NR; ++i)
+      for (int u = 0; u < NV; ++u) S::store(o + i * d + c + L * u, a[i][u]);
+  }
+
+  // 16 columns at a time, then one vector, then a scalar tail.
+  template <int NR>
+  static void accumulate_rows(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
+                              float* o) {
+    int64_t c = 0;
+    for (; c + 16 <= d; c += 16) accumulate_cols<NR, 16 / L>(p, ldp, v, nk, d, o, c);
+    for (; c + L <= d; c += L) accumulate_cols<NR, 1>(p, ldp, v, nk, d, o, c);
+    for (; c < d; ++c) {
+      for (int i = 0; i < NR; ++i) {
+        float t = o[i * d + c];
+        for (int j = 0; j < nk; ++j) t += p[i * ldp + j] * v[j * d + c];
+        o[i * d + c] = t;
+      }
+    }
+  }
+
+  // A last partial vector is padded with -100, whose exp is flushed to 0.
+  static float exp_sum(float* s, int n, float m) {
+    const V mv = S::splat(m);
+    V acc = S::zero();
+    int j = 0;
+    for (; j + L <= n; j += L) {
+      const V e = exp_neg<S>(S::sub(S::load(s + j), mv));
+      S::store(s + j, e);
+      acc = S::add(acc, e);
+    }
+    if (j < n) {
+      alignas(sizeof(V)) float t[L];
+      for (int u = 0; u < L; ++u) t[u] = j + u < n ? s[j + u] - m : -100.0f;
+      const V e = exp_neg<S>(S::load(t));
+      S::store(t, e);
+      for (int u = 0; j + u < n; ++u) s[j + u] = t[u];
+      acc = S::add(acc, e);
+    }
+    return S::sum(acc);
+  }
+};
+
+template <class K, int NR>
+inline void score_rows(const float* q, const float* k, int nk, int64_t d, float* s, int64_t lds) {
+  int j = 0;
+  for (; j + 2 <= nk; j += 2) K::template score_tile<NR, 2>(q, k + j * d, d, s + j, lds);
+  if (j < nk) K::template score_tile<NR, 1>(q, k + j * d, d, s + j, lds);
+}
+
+// Tiles of 4, 2 and 1 query rows by 2 and 1 key rows.
+template <class K>
+void tile_scores(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
+  int i = 0;
+  for (; i + 4 <= nq; i += 4) score_rows<K, 4>(q + i * d, k, nk, d, s + i * lds, lds);
+  for (; i + 2 <= nq; i += 2) score_rows<K, 2>(q + i * d, k, nk, d, s + i * lds, lds);
+  if (i < nq) score_rows<K, 1>(q + i * d, k, nk, d, s + i * lds, lds);
+}
+
+template <class K>
+void tile_accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d,
+                     float* o) {
+  int i = 0;
+  for (; i + 4 <= nq; i += 4) K::template accumulate_rows<4>(p + i * ldp, ldp, v, nk, d, o + i * d);
+  for (; i + 2 <= nq; i += 2) K::template accumulate_rows<2>(p + i * ldp, ldp, v, nk, d, o + i * d);
+  if (i < nq) K::template accumulate_rows<1>(p + i * ldp, ldp, v, nk, d, o + i * d);
+}
+
+inline void kv_copy_f32(const void* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+template <class K>
+void register_attn(Backend& be) {
+  be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_copy_f32>;
+  be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<K::kv_f16>;
+  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<K::kv_q8_0>;
+  be.attn_scores = tile_scores<K>;
+  be.attn_accumulate = tile_accumulate<K>;
+  be.attn_exp_sum = K::exp_sum;
+}
+
+}  // namespace
+}  // namespace edgelm::kernels
