@@ -28,6 +28,10 @@ double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+Clock::duration clock_span(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
 // Error bodies and non-streamed answers are kept up to this size; the rest is
 // counted, not stored.
 constexpr size_t kMaxBodyBytes = size_t{4} << 20;
@@ -103,8 +107,7 @@ RequestRecord send_one(const Shared& sh, httplib::Client& cli, uint64_t index, C
   r.start_s = seconds(start - sh.t0);
   const auto sent = Clock::now();
   r.lag_s = std::max(0.0, seconds(sent - start));
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(sh.o.timeout_s));
+  const auto deadline = start + clock_span(sh.o.timeout_s);
 
   bool sse = false, done = false, timed_out = false;
   int usage_tokens = -1;
@@ -219,8 +222,7 @@ class Recorder {
 };
 
 void closed_loop(const Shared& sh, int clients, Recorder& rec) {
-  const auto stop_at = sh.t0 + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(sh.o.duration_s));
+  const auto stop_at = sh.t0 + clock_span(sh.o.duration_s);
   std::atomic<uint64_t> next_index{0};
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(clients));
@@ -240,8 +242,7 @@ void closed_loop(const Shared& sh, int clients, Recorder& rec) {
 // turn sending the history with the answers as they came back. A failed
 // turn ends its chat (the next one starts fresh).
 void conversations(const Shared& sh, int clients, Recorder& rec) {
-  const auto stop_at = sh.t0 + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(sh.o.duration_s));
+  const auto stop_at = sh.t0 + clock_span(sh.o.duration_s);
   // One system message for every chat, as an edge deployment has.
   const std::string system = sh.o.system_tokens > 0 ? make_prompt(sh.o.system_tokens, sh.o.seed ^ 0x5157u) : "";
   std::atomic<uint64_t> next_index{0};
@@ -278,8 +279,7 @@ void conversations(const Shared& sh, int clients, Recorder& rec) {
         r.reply.clear();
         rec.add(std::move(r));
         if (wait_s > 0)
-          std::this_thread::sleep_until(std::min(stop_at, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                                            std::chrono::duration<double>(wait_s))));
+          std::this_thread::sleep_until(std::min(stop_at, Clock::now() + clock_span(wait_s)));
       }
     });
   }
@@ -323,8 +323,7 @@ uint64_t open_loop(const Shared& sh, int cap, Recorder& rec) {
   for (;;) {
     t += gap(rng);
     if (t >= sh.o.duration_s) break;
-    const auto due =
-        sh.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t));
+    const auto due = sh.t0 + clock_span(t);
     std::this_thread::sleep_until(due);
     std::lock_guard lock(mu);
     if (busy + jobs.size() >= static_cast<size_t>(cap)) {

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cerrno>
-
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -20,11 +19,7 @@ namespace edgelm::serve {
 
 namespace {
 thread_local bool t_over_capacity = false;
-}  // namespace
 
-bool over_capacity_thread() { return t_over_capacity; }
-
-namespace {
 // Lowers the calling thread's CPU priority by `delta` nice steps (at most to 19).
 void lower_thread_priority(int delta) {
   if (delta <= 0) return;
@@ -35,6 +30,8 @@ void lower_thread_priority(int delta) {
   (void)setpriority(PRIO_PROCESS, tid, std::min(cur + delta, 19));
 }
 }  // namespace
+
+bool over_capacity_thread() { return t_over_capacity; }
 
 WorkerPool::WorkerPool(int workers, int cap, int nice) : cap_(cap), nice_(nice) {
   for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(jobs_, false); });
