@@ -26,20 +26,14 @@ void bm_attend_decode(benchmark::State& st) {
   sh.n_kv_heads = 2;
   sh.head_dim = 128;
   sh.head_dim_v = 128;
-  KvView kv;
-  kv.type = DType::F16;
-  kv.n_slots = 1;
-  kv.n_layers = layers;
-  kv.ctx = depth;
-  kv.k_row = row_bytes(DType::F16, sh.n_kv_heads * sh.head_dim);
-  kv.v_row = kv.k_row;
+  KvView kv = KvView::make(DType::F16, 1, layers, depth, sh.n_kv_heads, sh.head_dim, sh.head_dim_v);
   std::vector<uint8_t> cache(kv.bytes());
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> row(static_cast<size_t>(sh.n_kv_heads * sh.head_dim));
-  for (size_t off = 0; off < cache.size(); off += kv.k_row) {
-    for (float& x : row) x = u(rng);
-    kernels::store_kv(kv.type, row.data(), cache.data() + off, static_cast<int64_t>(row.size()));
+  for (size_t off = 0; off < cache.size(); off += kv.k_head) {
+    for (int c = 0; c < sh.head_dim; ++c) row[static_cast<size_t>(c)] = u(rng);
+    kernels::store_kv(kv.type, row.data(), cache.data() + off, sh.head_dim);
   }
   kv.base = cache.data();
   std::vector<float> q(static_cast<size_t>(sh.n_heads * sh.head_dim)), out(q.size());

@@ -47,13 +47,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
   const ModelConfig& c = e->model_->config;
 
   // One region holds everything the plan lists beyond the weights and the sampler.
-  KvView kv;
-  kv.type = plan.kv_type;
-  kv.n_slots = plan.slots;
-  kv.n_layers = c.n_layers;
-  kv.ctx = plan.ctx;
-  kv.k_row = row_bytes(plan.kv_type, c.k_dim());
-  kv.v_row = row_bytes(plan.kv_type, c.v_dim());
+  KvView kv = KvView::make(plan.kv_type, plan.slots, c.n_layers, plan.ctx, c.n_kv_heads, c.head_dim, c.head_dim_v);
   // Exactly the plan's figures: the plan is the allocation.
   const size_t kv_bytes = kv.bytes();
   const size_t scratch_bytes = plan.scratch_layout.total;
@@ -79,7 +73,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
     p += lp_bytes;
   }
   kv.base = p;
-  e->pinned_kv_ = p + kv_bytes;  // the pinned region after the slab
+  e->pinned_kv_ = kv;  // the pinned region after the slab: one slot of pinned_tokens
+  e->pinned_kv_.n_slots = 1;
+  e->pinned_kv_.ctx = plan.pinned_tokens;
+  e->pinned_kv_.base = p + kv_bytes;
   e->kv_ = kv;
   // Every worker owns a slice of the attention scratch: no more workers than
   // the plan made slices for.
@@ -413,9 +410,7 @@ Status Engine::pin_prefix(std::span<const int32_t> tokens) {
     at += take;
   }
   batch_.clear();
-  const size_t rp = kv_.row_pair();
-  for (int l = 0; l < kv_.n_layers; ++l)
-    if (n > 0) std::memcpy(pinned_kv_ + static_cast<size_t>(l) * plan_.pinned_tokens * rp, kv_.k(0, l, 0), static_cast<size_t>(n) * rp);
+  copy_positions(pinned_kv_, 0, kv_, 0, 0, n);
   pinned_.assign(tokens.begin(), tokens.end());
   std::copy(tokens.begin(), tokens.end(), s0.tokens);
   s0.cached.store(n, std::memory_order_relaxed);
@@ -446,15 +441,10 @@ int Engine::reused_tokens(int slot) const {
 }
 
 void Engine::copy_rows(int dst, int src, int from, int to) {
-  if (to <= from) return;
-  const size_t rp = kv_.row_pair();
-  const size_t bytes = static_cast<size_t>(to - from) * rp;
-  for (int l = 0; l < kv_.n_layers; ++l) {
-    const uint8_t* from_row = src == kPinnedPrefix
-                                  ? pinned_kv_ + (static_cast<size_t>(l) * plan_.pinned_tokens + from) * rp
-                                  : kv_.k(src, l, from);
-    std::memcpy(kv_.k(dst, l, from), from_row, bytes);
-  }
+  if (src == kPinnedPrefix)
+    copy_positions(kv_, dst, pinned_kv_, 0, from, to);
+  else
+    copy_positions(kv_, dst, kv_, src, from, to);
 }
 
 double Engine::start_request(int slot) {

@@ -341,10 +341,10 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Forward> forward_;
   KvView kv_;
-  // The pinned prefix: its tokens and, per layer, their K/V rows
-  // ([layer][pos][k_row + v_row], plan_.pinned_tokens positions).
+  // The pinned prefix: its tokens and their K/V rows, laid out as one more
+  // slot of plan_.pinned_tokens positions (KvView).
   std::vector<int32_t> pinned_;
-  uint8_t* pinned_kv_ = nullptr;
+  KvView pinned_kv_;  // n_slots 1, ctx plan_.pinned_tokens
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Slot[]> slots_;
   std::vector<BatchToken> batch_;       // capacity reserved once

@@ -41,19 +41,19 @@ struct Tiles {
   template <int NR, int NK>
   static void score_tile(const float* q, const float* k, int64_t d, float* s, int64_t lds) {
     __m512 acc[NR][NK];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_setzero_ps();
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_setzero_ps();
     for (int64_t c = 0; c < d; c += 16) {
       const __mmask16 m = tail_mask(d - c);
       __m512 kv[NK];
-      for (int j = 0; j < NK; ++j) kv[j] = _mm512_maskz_loadu_ps(m, k + j * d + c);
-      for (int i = 0; i < NR; ++i) {
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = _mm512_maskz_loadu_ps(m, k + j * d + c);
+      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * d + c);
-        for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
+        EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
       }
     }
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NK; ++j) s[i * lds + j] = _mm512_reduce_add_ps(acc[i][j]);
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) s[i * lds + j] = _mm512_reduce_add_ps(acc[i][j]);
   }
 
   // NR accumulator rows, columns [c, c + 16 * NV) (masked past d) in registers.
@@ -61,20 +61,20 @@ struct Tiles {
   static void accumulate_cols(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
                               float* o, int64_t c) {
     __mmask16 m[NV];
-    for (int u = 0; u < NV; ++u) m[u] = tail_mask(d - c - 16 * u);
+    EDGELM_UNROLL for (int u = 0; u < NV; ++u) m[u] = tail_mask(d - c - 16 * u);
     __m512 a[NR][NV];
-    for (int i = 0; i < NR; ++i)
-      for (int u = 0; u < NV; ++u) a[i][u] = _mm512_maskz_loadu_ps(m[u], o + i * d + c + 16 * u);
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = _mm512_maskz_loadu_ps(m[u], o + i * d + c + 16 * u);
     for (int j = 0; j < nk; ++j) {
       __m512 vv[NV];
-      for (int u = 0; u < NV; ++u) vv[u] = _mm512_maskz_loadu_ps(m[u], v + j * d + c + 16 * u);
-      for (int i = 0; i < NR; ++i) {
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = _mm512_maskz_loadu_ps(m[u], v + j * d + c + 16 * u);
+      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         const __m512 w = _mm512_set1_ps(p[i * ldp + j]);
-        for (int u = 0; u < NV; ++u) a[i][u] = _mm512_fmadd_ps(w, vv[u], a[i][u]);
+        EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = _mm512_fmadd_ps(w, vv[u], a[i][u]);
       }
     }
-    for (int i = 0; i < NR; ++i)
-      for (int u = 0; u < NV; ++u) _mm512_mask_storeu_ps(o + i * d + c + 16 * u, m[u], a[i][u]);
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) _mm512_mask_storeu_ps(o + i * d + c + 16 * u, m[u], a[i][u]);
   }
 
   template <int NR>

@@ -57,19 +57,19 @@ struct VecTiles {
   template <int NR, int NK>
   static void score_tile(const float* q, const float* k, int64_t d, float* s, int64_t lds) {
     V acc[NR][NK];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NK; ++j) acc[i][j] = S::zero();
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = S::zero();
     int64_t c = 0;
     for (; c + L <= d; c += L) {
       V kv[NK];
-      for (int j = 0; j < NK; ++j) kv[j] = S::load(k + j * d + c);
-      for (int i = 0; i < NR; ++i) {
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = S::load(k + j * d + c);
+      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         const V qv = S::load(q + i * d + c);
-        for (int j = 0; j < NK; ++j) acc[i][j] = S::fma(qv, kv[j], acc[i][j]);
+        EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = S::fma(qv, kv[j], acc[i][j]);
       }
     }
-    for (int i = 0; i < NR; ++i) {
-      for (int j = 0; j < NK; ++j) {
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) {
         float t = S::sum(acc[i][j]);
         for (int64_t e = c; e < d; ++e) t += q[i * d + e] * k[j * d + e];
         s[i * lds + j] = t;
@@ -82,18 +82,18 @@ struct VecTiles {
   static void accumulate_cols(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
                               float* o, int64_t c) {
     V a[NR][NV];
-    for (int i = 0; i < NR; ++i)
-      for (int u = 0; u < NV; ++u) a[i][u] = S::load(o + i * d + c + L * u);
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = S::load(o + i * d + c + L * u);
     for (int j = 0; j < nk; ++j) {
       V vv[NV];
-      for (int u = 0; u < NV; ++u) vv[u] = S::load(v + j * d + c + L * u);
-      for (int i = 0; i < NR; ++i) {
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = S::load(v + j * d + c + L * u);
+      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         const V w = S::splat(p[i * ldp + j]);
-        for (int u = 0; u < NV; ++u) a[i][u] = S::fma(w, vv[u], a[i][u]);
+        EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = S::fma(w, vv[u], a[i][u]);
       }
     }
-    for (int i = 0; i < NR; ++i)
-      for (int u = 0; u < NV; ++u) S::store(o + i * d + c + L * u, a[i][u]);
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) S::store(o + i * d + c + L * u, a[i][u]);
   }
 
   // 16 columns at a time, then one vector, then a scalar tail.
@@ -104,7 +104,7 @@ struct VecTiles {
     for (; c + 16 <= d; c += 16) accumulate_cols<NR, 16 / L>(p, ldp, v, nk, d, o, c);
     for (; c + L <= d; c += L) accumulate_cols<NR, 1>(p, ldp, v, nk, d, o, c);
     for (; c < d; ++c) {
-      for (int i = 0; i < NR; ++i) {
+      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         float t = o[i * d + c];
         for (int j = 0; j < nk; ++j) t += p[i * ldp + j] * v[j * d + c];
         o[i * d + c] = t;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace edgelm {
 
@@ -51,6 +52,24 @@ size_t split_state_floats(const AttnShape& sh) {
 
 }  // namespace
 
+void KvView::store(int slot, int layer, int pos, const float* keys, int head_dim, const float* values,
+                   int head_dim_v) const {
+  for (int h = 0; h < n_kv_heads; ++h) {
+    kernels::store_kv(type, keys + static_cast<size_t>(h) * head_dim, k(slot, layer, h, pos), head_dim);
+    kernels::store_kv(type, values + static_cast<size_t>(h) * head_dim_v, v(slot, layer, h, pos), head_dim_v);
+  }
+}
+
+void copy_positions(const KvView& dst, int dst_slot, const KvView& src, int src_slot, int from, int to) {
+  if (to <= from) return;
+  const size_t n = static_cast<size_t>(to - from);
+  for (int l = 0; l < dst.n_layers; ++l)
+    for (int h = 0; h < dst.n_kv_heads; ++h) {
+      std::memcpy(dst.k(dst_slot, l, h, from), src.k(src_slot, l, h, from), n * dst.k_head);
+      std::memcpy(dst.v(dst_slot, l, h, from), src.v(src_slot, l, h, from), n * dst.v_head);
+    }
+}
+
 size_t attn_tile_thread_floats(const AttnShape& sh) {
   const size_t R = static_cast<size_t>(sh.tile_rows()), B = kAttnTilePositions;
   return pad16(R * sh.head_dim) + pad16(B * sh.head_dim) + pad16(B * sh.head_dim_v) + pad16(R * B) +
@@ -67,9 +86,6 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
   const int g = sh.group(), hd = sh.head_dim, hdv = sh.head_dim_v, n_kvh = sh.n_kv_heads;
   const int B = kAttnTilePositions;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const size_t k_head_bytes = row_bytes(kv.type, hd);
-  const size_t v_head_bytes = row_bytes(kv.type, hdv);
-  const size_t stride = kv.row_pair();
 
   // Runs: batch tokens [t0, t0 + n) of one slot at consecutive positions, at
   // most tile_tokens() of them.
@@ -117,8 +133,8 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
       const int p0 = blk * B;
       if (p0 > last) break;
       const int nk = std::min(p0 + B, last + 1) - p0;
-      kernels::kv_to_f32(isa, kv.type, kv.k(first.slot, layer, p0) + kvh * k_head_bytes, stride, nk, b.k, hd);
-      kernels::kv_to_f32(isa, kv.type, kv.v(first.slot, layer, p0) + kvh * v_head_bytes, stride, nk, b.v, hdv);
+      kernels::kv_to_f32(isa, kv.type, kv.k(first.slot, layer, kvh, p0), kv.k_head, nk, b.k, hd);
+      kernels::kv_to_f32(isa, kv.type, kv.v(first.slot, layer, kvh, p0), kv.v_head, nk, b.v, hdv);
       // Tokens before the block see none of it: the active rows are a suffix.
       const int ta = std::max(0, p0 - pos0), ra = ta * g, nr = R - ra;
       kernels::attn_scores(isa, b.q + static_cast<size_t>(ra) * hd, nr, b.k, nk, hd, b.s + static_cast<size_t>(ra) * B, B);

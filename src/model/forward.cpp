@@ -153,8 +153,6 @@ void Forward::attention(int layer, std::span<const BatchToken> batch) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float* q = buf<float>(layout_.q);
   float* out = buf<float>(layout_.att);
-  const size_t k_head_bytes = row_bytes(kv_.type, hd);
-  const size_t v_head_bytes = row_bytes(kv_.type, hdv);
 
   // One task per (token, query head): an online softmax over the slot's
   // positions [0, pos], in blocks of kAttnBlock scores; memory use is fixed.
@@ -176,7 +174,7 @@ void Forward::attention(int layer, std::span<const BatchToken> batch) {
       const int p1 = std::min(n_pos, p0 + kAttnBlock);
       float bm = -INFINITY;
       for (int p = p0; p < p1; ++p) {
-        const uint8_t* k = kv_.k(bt.slot, layer, p) + kvh * k_head_bytes;
+        const uint8_t* k = kv_.k(bt.slot, layer, kvh, p);
         const float s = kernels::dot_f32_kv(isa_, kv_.type, qh, k, hd) * scale;
         scores[p - p0] = s;
         bm = std::max(bm, s);
@@ -190,7 +188,7 @@ void Forward::attention(int layer, std::span<const BatchToken> batch) {
       for (int p = p0; p < p1; ++p) {
         const float e = std::exp(scores[p - p0] - m);
         sum += e;
-        kernels::axpy_kv(isa_, kv_.type, e, kv_.v(bt.slot, layer, p) + kvh * v_head_bytes, acc, hdv);
+        kernels::axpy_kv(isa_, kv_.type, e, kv_.v(bt.slot, layer, kvh, p), acc, hdv);
       }
     }
     float* o = out + (static_cast<size_t>(t) * c_.n_heads + h) * hdv;
@@ -210,8 +208,6 @@ void Forward::attend_llamacpp(int layer, const BatchToken& bt, int kvh, const fl
                               float* out) const {
   const int hd = c_.head_dim, hdv = c_.head_dim_v;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const size_t k_head_bytes = row_bytes(kv_.type, hd);
-  const size_t v_head_bytes = row_bytes(kv_.type, hdv);
   // work: the running output (hdv floats), then the query as the K cache
   // stores it, read back as f32 (hd floats), then that query's bytes.
   float* acc = work;
@@ -227,7 +223,7 @@ void Forward::attend_llamacpp(int layer, const BatchToken& bt, int kvh, const fl
   std::fill(acc, acc + hdv, 0.0f);
   float m = -INFINITY, sum = 0.0f;
   for (int p = 0; p <= bt.pos; ++p) {
-    const float s = kernels::dot_f32_kv(isa_, kv_.type, qk, kv_.k(bt.slot, layer, p) + kvh * k_head_bytes, hd) * scale;
+    const float s = kernels::dot_f32_kv(isa_, kv_.type, qk, kv_.k(bt.slot, layer, kvh, p), hd) * scale;
     float ms = 1.0f, vs = 1.0f;
     if (s > m) {
       ms = std::exp(m - s);  // 0 at the first position
@@ -239,7 +235,7 @@ void Forward::attend_llamacpp(int layer, const BatchToken& bt, int kvh, const fl
     } else {
       vs = std::exp(s - m);
     }
-    const uint8_t* v = kv_.v(bt.slot, layer, p) + kvh * v_head_bytes;
+    const uint8_t* v = kv_.v(bt.slot, layer, kvh, p);
     if (f16_sum) {
       const auto* vh = reinterpret_cast<const uint16_t*>(v);
       for (int i = 0; i < hdv; ++i)
@@ -322,8 +318,8 @@ Result<const float*> Forward::step(std::span<const BatchToken> batch) {
     // the tokens before it in the same step.
     for (int t = 0; t < T; ++t) {
       const BatchToken& b = batch[static_cast<size_t>(t)];
-      kernels::store_kv(kv_.type, k + static_cast<size_t>(t) * kd, kv_.k(b.slot, l, b.pos), kd);
-      kernels::store_kv(kv_.type, v + static_cast<size_t>(t) * vd, kv_.v(b.slot, l, b.pos), vd);
+      kv_.store(b.slot, l, b.pos, k + static_cast<size_t>(t) * kd, c_.head_dim, v + static_cast<size_t>(t) * vd,
+                c_.head_dim_v);
     }
     attention(l, batch);
     // The residual add reuses `xb` for the projection output.

@@ -20,12 +20,7 @@ namespace {
 
 struct Cache {
   Cache(const AttnShape& sh, DType type, int slots, int layers, int ctx) {
-    kv.type = type;
-    kv.n_slots = slots;
-    kv.n_layers = layers;
-    kv.ctx = ctx;
-    kv.k_row = row_bytes(type, static_cast<int64_t>(sh.n_kv_heads) * sh.head_dim);
-    kv.v_row = row_bytes(type, static_cast<int64_t>(sh.n_kv_heads) * sh.head_dim_v);
+    kv = KvView::make(type, slots, layers, ctx, sh.n_kv_heads, sh.head_dim, sh.head_dim_v);
     bytes.resize(kv.bytes());
     kv.base = bytes.data();
   }
@@ -39,8 +34,7 @@ struct Cache {
         for (int p = 0; p < kv.ctx; ++p) {
           for (auto& x : k) x = 2.0f * nd(rng);
           for (auto& x : v) x = nd(rng);
-          kernels::store_kv(kv.type, k.data(), kv.k(s, l, p), static_cast<int64_t>(k.size()));
-          kernels::store_kv(kv.type, v.data(), kv.v(s, l, p), static_cast<int64_t>(v.size()));
+          kv.store(s, l, p, k.data(), sh.head_dim, v.data(), sh.head_dim_v);
         }
   }
   KvView kv;
@@ -51,15 +45,13 @@ struct Cache {
 std::vector<double> reference(const AttnShape& sh, const KvView& kv, int layer, const BatchToken& bt, const float* q,
                               int h) {
   const int kvh = h / sh.group();
-  const int64_t kd = static_cast<int64_t>(sh.n_kv_heads) * sh.head_dim;
-  const int64_t vd = static_cast<int64_t>(sh.n_kv_heads) * sh.head_dim_v;
-  std::vector<float> k(static_cast<size_t>(kd)), v(static_cast<size_t>(vd));
+  std::vector<float> k(static_cast<size_t>(sh.head_dim)), v(static_cast<size_t>(sh.head_dim_v));
   std::vector<double> s(static_cast<size_t>(bt.pos) + 1), out(static_cast<size_t>(sh.head_dim_v), 0.0);
   double mx = -1e300;
   for (int p = 0; p <= bt.pos; ++p) {
-    kernels::dequantize_row(kv.type, kv.k(bt.slot, layer, p), k.data(), kd);
+    kernels::dequantize_row(kv.type, kv.k(bt.slot, layer, kvh, p), k.data(), sh.head_dim);
     double d = 0;
-    for (int c = 0; c < sh.head_dim; ++c) d += static_cast<double>(q[c]) * k[static_cast<size_t>(kvh * sh.head_dim + c)];
+    for (int c = 0; c < sh.head_dim; ++c) d += static_cast<double>(q[c]) * k[static_cast<size_t>(c)];
     s[static_cast<size_t>(p)] = d / std::sqrt(static_cast<double>(sh.head_dim));
     mx = std::max(mx, s[static_cast<size_t>(p)]);
   }
@@ -67,8 +59,8 @@ std::vector<double> reference(const AttnShape& sh, const KvView& kv, int layer, 
   for (int p = 0; p <= bt.pos; ++p) {
     const double e = std::exp(s[static_cast<size_t>(p)] - mx);
     sum += e;
-    kernels::dequantize_row(kv.type, kv.v(bt.slot, layer, p), v.data(), vd);
-    for (int c = 0; c < sh.head_dim_v; ++c) out[static_cast<size_t>(c)] += e * v[static_cast<size_t>(kvh * sh.head_dim_v + c)];
+    kernels::dequantize_row(kv.type, kv.v(bt.slot, layer, kvh, p), v.data(), sh.head_dim_v);
+    for (int c = 0; c < sh.head_dim_v; ++c) out[static_cast<size_t>(c)] += e * v[static_cast<size_t>(c)];
   }
   for (auto& x : out) x /= sum;
   return out;

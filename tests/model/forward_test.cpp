@@ -35,13 +35,8 @@ struct Harness {
       : pool(threads) {
     ScratchSpec spec{max_tokens, slots, threads};
     layout = plan_scratch(m.config, m.weights, spec);
-    KvView kv;
-    kv.type = kv_type;
-    kv.n_slots = slots;
-    kv.n_layers = m.config.n_layers;
-    kv.ctx = ctx;
-    kv.k_row = row_bytes(kv_type, m.config.k_dim());
-    kv.v_row = row_bytes(kv_type, m.config.v_dim());
+    KvView kv = KvView::make(kv_type, slots, m.config.n_layers, ctx, m.config.n_kv_heads, m.config.head_dim,
+                             m.config.head_dim_v);
     mem = Region::map(layout.total + kv.bytes(), "test").value();
     kv.base = mem.data() + layout.total;
     fwd = std::make_unique<Forward>(m.config, m.weights, layout, mem.data(), kv, pool, isa, attn);
