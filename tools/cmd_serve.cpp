@@ -108,6 +108,9 @@ int serve_main(ServeFlags f) {
                fmt::join(f.classes, ", "));
     return 1;
   }
+  // The default class as an index: the classes before it are urgent (the
+  // engine's prefill and the gate's checks need it before the server exists).
+  f.server.admission.default_class = static_cast<int>(find_class(f.server.default_class) - adm_classes.data());
   if (const double s = f.server.admission.max_slowdown; s != 0 && s < 1) {
     fmt::print(stderr, "error: --max-slowdown {} is below 1: a stream cannot be promised more than a lone stream's speed (0 turns it off)\n", s);
     return 1;
@@ -276,6 +279,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--preempt", s.admission.preempt,
                 "A request that finds no slot ends the youngest stream of a less urgent class (finish_reason "
                 "\"preempted\") and takes its slot");
+  cmd->add_option_function<double>(
+         "--urgent-wait-ms", [&s](double ms) { s.admission.urgent_wait_s = ms / 1000; },
+         "With classes before --default-class: how long a step that computes a less urgent prompt may last (an "
+         "urgent request arriving meanwhile waits at most this long for it); 0: no limit")
+      ->default_str("100")
+      ->check(CLI::Range(0.0, 60000.0));
   cmd->add_flag("--no-prompt-cache", f->no_prompt_cache,
                 "Do not reuse a slot's cached prompt prefix (every prompt is computed in full)");
   cmd->add_option("--default-max-tokens", s.default_max_tokens, "max_tokens when a request gives none")->capture_default_str()->check(CLI::Range(1, 1 << 24));

@@ -98,6 +98,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
   e->batch_.reserve(static_cast<size_t>(plan.step_tokens));
   e->batch_slot_.reserve(static_cast<size_t>(plan.slots));
   e->prefill_order_.reserve(static_cast<size_t>(plan.slots));
+  e->prefill_front_.assign(static_cast<size_t>(plan.slots), PrefillFront{});
   e->top_buf_.resize(kMaxTopLogprobs);
   e->calibrate();
   return e;
@@ -113,8 +114,14 @@ double token_allowance(const StepModel& m, const EngineOptions& o) {
   return cap;
 }
 
-int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o, double slack) {
+int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o, double slack,
+                   const PrefillFront& front) {
   int budget = std::max(step_tokens - n_decode, 0);
+  const bool bounded = front.promoted || (o.urgent_classes > 0 && front.cls >= o.urgent_classes);
+  if (bounded && o.urgent_wait_s > 0 && m.b > 0) {
+    const double fit = (o.urgent_wait_s - m.predict(n_decode)) / m.b;
+    budget = std::min(budget, std::max(o.min_prefill_chunk, static_cast<int>(std::clamp(fit, 0.0, static_cast<double>(budget)))));
+  }
   const double cap = token_allowance(m, o);
   if (n_decode > 0 && std::isfinite(cap)) {
     // The step may last its streams' allowance for one token, plus the time
@@ -251,6 +258,13 @@ Status Engine::submit(SlotRef ref, std::span<const int32_t> prompt, const Genera
   s.seq = submit_seq_.fetch_add(1);
   s.seq_pub.store(s.seq, std::memory_order_relaxed);
   s.params = p;
+  s.promote_at.store(p.promote_after_s > 0 && p.priority > 0
+                         ? (Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(p.promote_after_s)))
+                               .time_since_epoch()
+                               .count()
+                         : 0,
+                     std::memory_order_relaxed);
   if (p.copy_from >= 0) {
     // Announce the copy, then make sure the source is not being set up by
     // another request (its tokens would be changing); try_acquire does the
@@ -546,6 +560,11 @@ uint64_t Engine::submission(int slot) const {
   return slots_[static_cast<size_t>(slot)].seq_pub.load(std::memory_order_relaxed);
 }
 
+bool Engine::promoted(int slot) const {
+  const auto at = slots_[static_cast<size_t>(slot)].promote_at.load(std::memory_order_relaxed);
+  return at != 0 && Clock::now().time_since_epoch().count() >= at;
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lk(stats_mu_);
   EngineStats s = stats_;
@@ -632,13 +651,18 @@ bool Engine::step_once() {
   }
   // Prompts by priority class, then in the order they were submitted: an
   // earlier request's prompt is never held up by a later one in a lower slot.
+  // Promotion (a prompt past its first-token promise) is decided once for
+  // the whole step; prefill_rank gives the order.
   prefill_order_.clear();
   for (int i = 0; i < n_slots; ++i)
-    if (slots_[static_cast<size_t>(i)].state.load() == static_cast<uint32_t>(SlotState::Prefill)) prefill_order_.push_back(i);
+    if (slots_[static_cast<size_t>(i)].state.load() == static_cast<uint32_t>(SlotState::Prefill)) {
+      prefill_order_.push_back(i);
+      prefill_front_[static_cast<size_t>(i)] = {slots_[static_cast<size_t>(i)].params.priority, promoted(i)};
+    }
   std::sort(prefill_order_.begin(), prefill_order_.end(), [&](int x, int y) {
-    const Slot& a = slots_[static_cast<size_t>(x)];
-    const Slot& b = slots_[static_cast<size_t>(y)];
-    return a.params.priority != b.params.priority ? a.params.priority < b.params.priority : a.seq < b.seq;
+    const int rx = prefill_rank(prefill_front_[static_cast<size_t>(x)], opts_);
+    const int ry = prefill_rank(prefill_front_[static_cast<size_t>(y)], opts_);
+    return rx != ry ? rx < ry : slots_[static_cast<size_t>(x)].seq < slots_[static_cast<size_t>(y)].seq;
   });
   // The time the decoding streams have banked: each is promised an average
   // of token_allowance per token over its life (its first DecodeHorizon
@@ -649,22 +673,21 @@ bool Engine::step_once() {
   // cost to the streams).
   double slack = std::numeric_limits<double>::infinity();
   const double allowance = token_allowance(m, opts_);
+  const PrefillFront front = prefill_order_.empty() ? PrefillFront{std::numeric_limits<int>::max(), false}
+                                                   : prefill_front_[static_cast<size_t>(prefill_order_.front())];
   if (n_decode > 0 && std::isfinite(allowance)) {
     const auto now = Clock::now();
-    // Only streams at least as urgent as the first prompt waiting are asked:
-    // less urgent ones may slow beyond their promise for it.
-    const int urgency = prefill_order_.empty()
-                            ? std::numeric_limits<int>::max()
-                            : slots_[static_cast<size_t>(prefill_order_.front())].params.priority;
+    // Only the streams lends_to_prefill names for the first prompt waiting
+    // are asked: less urgent ones may slow beyond their promise for it.
     for (int i : batch_slot_) {
       const Slot& s = slots_[static_cast<size_t>(i)];
-      if (s.params.priority > urgency) continue;
+      if (!lends_to_prefill(s.params.priority, front, opts_)) continue;
       const double elapsed = std::chrono::duration<double>(now - s.t_first).count();
       slack = std::min(slack, stream_bank(m, allowance, n_decode, static_cast<int>(s.n_out.load()), s.max_tokens, elapsed));
     }
   }
   // (Infinite when no decoding stream is as urgent as the prompt: a full step.)
-  int budget = prefill_budget(m, n_decode, plan_.step_tokens, opts_, slack);
+  int budget = prefill_budget(m, n_decode, plan_.step_tokens, opts_, slack, front);
   int n_prefill = 0;
   for (int i : prefill_order_) {
     if (budget <= 0) break;

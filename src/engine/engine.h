@@ -64,6 +64,13 @@ struct GenerateParams {
   // submission order, and a more urgent prompt's prefill does not wait for
   // the time less urgent streams have banked (they may slow down for it).
   int priority = 0;
+  // Seconds after submission at which a prompt still waiting for its first
+  // token is promoted: its first-token promise has run out, and it goes
+  // ahead of every prompt but the urgent classes' (prefill_rank), in steps
+  // no stream's banked time holds back (lends_to_prefill, prefill_budget).
+  // A less urgent request may slow for more urgent ones, but not without
+  // bound. 0: never.
+  double promote_after_s = 0;
   // Where a longer prefix of the prompt may already be computed: another
   // slot (running or free) or kPinnedPrefix. When the request starts, the
   // engine copies the KV rows of the tokens that source holds and that
@@ -101,6 +108,14 @@ struct EngineOptions {
   // 1 / max_slowdown of a lone stream's speed. 0: no such limit.
   double max_slowdown = 0;
   int min_prefill_chunk = 1;
+  // Priority classes before this one (0..urgent_classes-1) are urgent: a
+  // prompt of such a class is not held back by the time streams of its own
+  // class have banked, only by more urgent ones (see lends_to_prefill). 0:
+  // no class is.
+  int urgent_classes = 0;
+  // How long a step that prefills a promoted prompt, or with urgent classes
+  // a less urgent one, may last (predicted; prefill_budget). 0: no limit.
+  double urgent_wait_s = 0;
   // Testing aids: every step takes at least min_step_seconds +
   // min_token_seconds x tokens, as on a slower board (the step-time model
   // measures this like any other cost).
@@ -118,6 +133,13 @@ struct StepModel {
   double predict(int tokens) const { return a + b * tokens; }
 };
 
+// The prompt a step serves first, as the prefill rules see it: its class,
+// and whether it is promoted (waiting past its first-token promise).
+struct PrefillFront {
+  int cls = 0;
+  bool promoted = false;
+};
+
 // The time per token every decoding stream is promised on average:
 // max_step_seconds, and 0.85 x max_slowdown x a lone stream's step
 // (infinity when neither is set).
@@ -129,7 +151,14 @@ double token_allowance(const StepModel& m, const EngineOptions& o);
 // have banked against their average (at least min_prefill_chunk). The
 // engine schedules with it and admission predicts time to first token with
 // it, so the two cannot disagree.
-int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o, double slack = 0);
+//
+// `front` is the prompt served first. A step that serves a promoted prompt,
+// or with urgent classes configured a less urgent one, lasts at most
+// urgent_wait_s (predicted; at least min_prefill_chunk tokens): an urgent
+// request that arrives meanwhile waits no longer for it to end, and the
+// streams a promoted prompt does not wait for lose at most that per step.
+int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o, double slack = 0,
+                   const PrefillFront& front = {});
 
 // How many tokens ahead a stream's average is counted when its banked time
 // is lent to prefill.
@@ -145,6 +174,30 @@ inline constexpr int kDecodeHorizon = 32;
 // cannot disagree. Near its end a stream banks nothing more: its horizon
 // stops at its last token.
 double stream_bank(const StepModel& m, double allowance, int n_decode, int n_out, int max_tokens, double elapsed);
+
+// Where a prompt goes in the prefill order (then by submission): urgent
+// classes' prompts first (EngineOptions::urgent_classes), then promoted
+// ones, then the rest by class. With no urgent class, a promoted prompt
+// goes first.
+inline int prefill_rank(const PrefillFront& f, const EngineOptions& o) {
+  if (f.promoted && f.cls >= o.urgent_classes) return 2 * o.urgent_classes - 1;
+  return 2 * f.cls;
+}
+
+// Whether a decoding stream of class `stream_cls` limits, by what it has
+// banked, the prefill of the prompt served first. Streams at least as
+// urgent as the prompt do; less urgent ones may slow beyond their promise
+// for it. A prompt of an urgent class is held back only by streams more
+// urgent than its own class (a sensor's first token does not wait for
+// another sensor's banked time), and a promoted prompt by none: it has
+// waited past its promise. Those two are bounded instead by the length of
+// their steps (prefill_budget). The engine schedules with it and admission
+// simulates it.
+inline bool lends_to_prefill(int stream_cls, const PrefillFront& f, const EngineOptions& o) {
+  if (f.promoted) return false;
+  if (f.cls < o.urgent_classes) return stream_cls < f.cls;
+  return stream_cls <= f.cls;
+}
 
 struct EngineStats {
   uint64_t steps = 0;
@@ -274,6 +327,10 @@ class Engine {
   bool preempt_pending(int slot) const;
   // Submission order of the slot's request (lower was submitted earlier).
   uint64_t submission(int slot) const;
+  // Whether the slot's prompt, if still waiting for its first token, is now
+  // prefilled as the most urgent class: its first-token promise has passed
+  // (GenerateParams::promote_after_s).
+  bool promoted(int slot) const;
 
  private:
   struct Slot {
@@ -297,6 +354,9 @@ class Engine {
     std::atomic<int> n_prompt_pub{0}, max_tokens_pub{0};
     uint64_t seq = 0;  // submission order: prompts are prefilled first come, first served
     std::atomic<uint64_t> seq_pub{0};  // the same, for admission
+    // When the prompt is promoted to the most urgent class
+    // (GenerateParams::promote_after_s; 0: never), for the engine and admission.
+    std::atomic<std::chrono::steady_clock::rep> promote_at{0};
     // Tokens [0, cached) of `tokens` have their KV in the slot: set at
     // release from n_past (0 when the request asked not to keep it).
     std::atomic<int> cached{0};
@@ -351,6 +411,7 @@ class Engine {
   std::vector<int> batch_slot_;         // slot of each logits row
   std::vector<TokenLogprob> top_buf_;
   std::vector<int> prefill_order_;      // slots in submission order, capacity reserved once
+  std::vector<PrefillFront> prefill_front_;  // per slot: its prompt as this step's prefill sees it
   std::atomic<uint64_t> submit_seq_{0};
   std::atomic<uint64_t> release_seq_{0};
   std::atomic<std::chrono::steady_clock::rep> step_end_{0};  // predicted end of the running step; 0: none

@@ -35,6 +35,8 @@ double stream_rate_floor(const AdmissionOptions& o, const StepModel& m) {
 void keep_promise(const AdmissionOptions& o, EngineOptions& eo) {
   eo.max_step_seconds = o.min_stream_rate > 0 ? 1.0 / o.min_stream_rate : 0.5;
   eo.max_slowdown = o.max_slowdown;
+  eo.urgent_classes = o.default_class;
+  eo.urgent_wait_s = o.urgent_wait_s;
 }
 
 double predict_ttft(const StepModel& m, std::span<const PromptAhead> ahead, int compute, int priority,
@@ -48,20 +50,22 @@ double predict_ttft(const StepModel& m, std::span<const PromptAhead> ahead, int 
   double t = 0;
   size_t next = 0;  // the prompt being prefilled: ahead[next], or ours once next == ahead.size()
   auto remaining = [&](size_t i) { return i < ahead.size() ? std::max(ahead[i].remaining, 0) : std::max(compute, 1); };
-  auto urgency = [&](size_t i) { return i < ahead.size() ? ahead[i].priority : priority; };
+  auto front = [&](size_t i) {
+    return i < ahead.size() ? PrefillFront{ahead[i].priority, ahead[i].promoted} : PrefillFront{priority, false};
+  };
   int left = remaining(0);
   // Bounded, since it runs under the gate's lock: a first token more than
   // 4096 steps away is not worth predicting (infinity: refused).
   for (int n_steps = 0; n_steps < 4096; ++n_steps) {
     const int n_decode = static_cast<int>(live.size());
-    // What the engine lends to prefill: the least bank of the streams at
-    // least as urgent as the prompt served first in the step.
+    // What the engine lends to prefill: the least bank of the streams that
+    // lend to the prompt served first in the step (lends_to_prefill).
     double slack = std::numeric_limits<double>::infinity();
     if (std::isfinite(allowance))
       for (const StreamAhead& s : live)
-        if (s.priority <= urgency(next))
+        if (lends_to_prefill(s.priority, front(next), eo))
           slack = std::min(slack, stream_bank(m, allowance, n_decode, s.n_out, s.max_tokens, s.elapsed));
-    const int budget = prefill_budget(m, n_decode, step_tokens, eo, slack);
+    const int budget = prefill_budget(m, n_decode, step_tokens, eo, slack, front(next));
     if (budget <= 0) break;
     int room = budget, taken = 0;
     const size_t first = next;
@@ -116,6 +120,7 @@ Admission::Admission(Engine& engine, const AdmissionOptions& o)
       states_(static_cast<size_t>(engine.n_slots()), Engine::SlotState::Free) {
   if (o_.classes.empty()) o_.classes.push_back({"chat", 0});
   held_.resize(o_.classes.size());
+  promoted_.resize(static_cast<size_t>(engine.n_slots()));
   admitted_ = std::make_unique<std::atomic<uint64_t>[]>(o_.classes.size());
   refused_ = std::make_unique<std::atomic<uint64_t>[]>(o_.classes.size());
   waiters_.reserve(static_cast<size_t>(std::max(o_.queue, 0)));
@@ -226,7 +231,18 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
   // stream: it will be. Slots are taken only under this lock, so the count
   // includes every request decided before this one. Less urgent classes do
   // not count against a more urgent request: their streams may slow for it.
-  auto counts = [&](int i) { return slot_class_[static_cast<size_t>(i)] <= ask.cls; };
+  // A prompt past its first-token promise is promoted (Engine::promoted):
+  // it goes ahead of this one when its prefill rank says so.
+  const EngineOptions& eo = engine_.options();
+  for (int i = 0; i < engine_.n_slots(); ++i) {
+    const auto st_i = state(i);
+    const bool waiting = st_i == Engine::SlotState::Queued || st_i == Engine::SlotState::Prefill;
+    promoted_[static_cast<size_t>(i)] = waiting && engine_.promoted(i);
+  }
+  auto rank = [&](int i) {
+    return prefill_rank({slot_class_[static_cast<size_t>(i)], promoted_[static_cast<size_t>(i)] != 0}, eo);
+  };
+  auto counts = [&](int i) { return rank(i) <= prefill_rank({ask.cls, false}, eo); };
   int active = 0;
   for (int i = 0; i < engine_.n_slots(); ++i) active += state(i) != Engine::SlotState::Free && counts(i);
   Decision d;
@@ -262,7 +278,9 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     streams_.clear();
     for (int i = 0; i < engine_.n_slots(); ++i) {
       const int cls = slot_class_[static_cast<size_t>(i)];
-      const uint64_t key = static_cast<uint64_t>(cls) << 56;
+      const bool promoted = promoted_[static_cast<size_t>(i)] != 0;
+      // By prefill rank (-1 for a promoted prompt when no class is urgent).
+      const uint64_t key = static_cast<uint64_t>(rank(i) + 1) << 56;
       if (state(i) == Engine::SlotState::Decode) {
         const Engine::Progress p = engine_.progress(i);
         const int n = std::max(p.n_out, 1) + after;
@@ -274,11 +292,12 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
         const uint64_t last = (uint64_t{1} << 56) - 1 - static_cast<uint64_t>(engine_.n_slots() - i);
         if (counts(i))
           ahead_.push_back({key | last, {reserved_compute_[static_cast<size_t>(i)],
-                                         reserved_max_tokens_[static_cast<size_t>(i)], cls}});
+                                         reserved_max_tokens_[static_cast<size_t>(i)], cls, false}});
       } else if (state(i) == Engine::SlotState::Queued || state(i) == Engine::SlotState::Prefill) {
         const int r = engine_.prefill_remaining(i);
         if (r > 0) {
-          if (counts(i)) ahead_.push_back({key | engine_.submission(i), {r, engine_.max_tokens(i), cls}});
+          if (counts(i))
+            ahead_.push_back({key | engine_.submission(i), {r, engine_.max_tokens(i), cls, promoted}});
         } else if (engine_.in_step(i) > 0 && engine_.max_tokens(i) > 1) {
           // Its prompt ends in the running step: it decodes from the next one.
           streams_.push_back({1, engine_.max_tokens(i), 0, cls});
@@ -291,7 +310,6 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     ahead_prompts_.clear();
     for (const auto& [key, p] : ahead_) ahead_prompts_.push_back(p);
     const int steps = engine_.plan().step_tokens;
-    const EngineOptions& eo = engine_.options();
     d.predicted_ttft =
         running + predict_ttft(st.step_model, ahead_prompts_, compute, ask.cls, streams_, steps, eo, &sim_streams_);
     d.unloaded_ttft = predict_ttft(st.step_model, {}, compute, ask.cls, {}, steps, eo, &sim_streams_);
@@ -324,6 +342,11 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
       if (o_.max_ttft_s > 0) r.promised_ttft = std::min(r.promised_ttft, o_.max_ttft_s);
       return r;
     }
+    // Past the time it can start and still keep its promise, a less urgent
+    // prompt is served as the most urgent class (the engine promotes it).
+    double promise = o_.max_ttft_slowdown > 0 ? d.promised_ttft : std::numeric_limits<double>::infinity();
+    if (o_.max_ttft_s > 0) promise = std::min(promise, o_.max_ttft_s);
+    d.promote_after_s = std::isfinite(promise) ? std::max(promise - d.unloaded_ttft, 1e-3) : 0;
     *reserve = engine_.try_acquire(slot);
     if (!reserve->ok()) return refuse(Reason::Slots);
     reserved_compute_[static_cast<size_t>(slot)] = compute;

@@ -56,6 +56,10 @@ struct AdmissionOptions {
   // refused by the throughput and first-token checks: for a sensor's
   // alarm a late answer beats a 429, and less urgent streams slow for it.
   int default_class = 0;
+  // With classes more urgent than the default, a step that prefills a less
+  // urgent prompt lasts at most this long (EngineOptions::urgent_wait_s), so
+  // an urgent request never waits long behind one. 0: no limit.
+  double urgent_wait_s = 0.1;
   double min_stream_rate = 5.0;  // tokens/s every admitted stream must keep
   // ... and at least 1 / max_slowdown of what a lone stream gets (0: off).
   double max_slowdown = 2.0;
@@ -86,6 +90,9 @@ struct Decision {
   double predicted_ttft = 0;  // seconds to the first token, waiting included
   double unloaded_ttft = 0;   // the same on an idle server
   double promised_ttft = 0;   // the most the first-token promise allows it
+  // Seconds after submission at which the engine serves its prompt as the
+  // most urgent class if it is still waiting (GenerateParams); 0: never.
+  double promote_after_s = 0;
   bool ok() const { return reason == Reason::None; }
 };
 
@@ -119,7 +126,8 @@ void keep_promise(const AdmissionOptions& o, EngineOptions& eo);
 struct PromptAhead {
   int remaining = 0;
   int max_tokens = 0;
-  int priority = 0;
+  int priority = 0;       // its class
+  bool promoted = false;  // past its first-token promise (Engine::promoted)
 };
 // A stream decoding now: output tokens so far, its max_tokens, seconds
 // since its first token, its class.
@@ -229,6 +237,7 @@ class Admission {
   std::vector<int> reserved_max_tokens_;  // max_tokens of each reserved slot, as reserved_compute_
   std::vector<int> slot_class_;  // class of each held slot (set when reserved)
   std::vector<int> held_;        // scratch: held slots per class
+  std::vector<uint8_t> promoted_;  // scratch: whether each slot's prompt is promoted now
   // Scratch: the slots' states, read once at the start of a decision so
   // every count in it agrees (a slot moving on meanwhile is counted as it was).
   std::vector<Engine::SlotState> states_;

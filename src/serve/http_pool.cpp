@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -19,19 +20,31 @@ namespace edgelm::serve {
 
 namespace {
 thread_local bool t_over_capacity = false;
+// A pool thread's nice values: as it started (the process's, the engine's)
+// and as the pool runs it. Unset (INT_MIN) on threads outside a pool.
+thread_local int t_base_nice = INT_MIN;
+thread_local int t_pool_nice = INT_MIN;
 
-// Lowers the calling thread's CPU priority by `delta` nice steps (at most to 19).
+id_t this_tid() { return static_cast<id_t>(syscall(SYS_gettid)); }
+
+// Lowers the calling thread's CPU priority by `delta` nice steps (at most to
+// 19) and remembers both levels.
 void lower_thread_priority(int delta) {
-  if (delta <= 0) return;
-  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
   errno = 0;
-  const int cur = getpriority(PRIO_PROCESS, tid);
+  const int cur = getpriority(PRIO_PROCESS, this_tid());
   if (errno != 0) return;
-  (void)setpriority(PRIO_PROCESS, tid, std::min(cur + delta, 19));
+  t_base_nice = t_pool_nice = cur;
+  if (delta <= 0) return;
+  if (setpriority(PRIO_PROCESS, this_tid(), std::min(cur + delta, 19)) == 0) t_pool_nice = std::min(cur + delta, 19);
 }
 }  // namespace
 
 bool over_capacity_thread() { return t_over_capacity; }
+
+bool set_thread_urgent(bool urgent) {
+  if (t_pool_nice == INT_MIN || t_pool_nice == t_base_nice) return true;  // not a lowered pool thread
+  return setpriority(PRIO_PROCESS, this_tid(), urgent ? t_base_nice : t_pool_nice) == 0;
+}
 
 WorkerPool::WorkerPool(int workers, int cap, int nice) : cap_(cap), nice_(nice) {
   for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(jobs_, false); });
@@ -80,6 +93,7 @@ void WorkerPool::loop(std::deque<std::function<void()>>& q, bool refusing) {
       fn = std::move(q.front());
       q.pop_front();
     }
+    set_thread_urgent(false);  // whatever the last connection's requests were
     fn();  // serves the connection until it closes
     if (!refusing) {
       std::lock_guard<std::mutex> lk(mu_);

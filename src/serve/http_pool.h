@@ -17,6 +17,15 @@ namespace edgelm::serve {
 // pre-routing handler refuses them at once.
 bool over_capacity_thread();
 
+// On a WorkerPool thread: runs the thread at the process's own priority (the
+// engine's) while it serves an urgent request, else at the pool's lower one.
+// An urgent request's parsing, wait for a slot, hand-off to the engine and
+// stream must not queue behind the engine's busy cores (measured: a sensor's
+// prompt reached the engine up to 0.3 s after its admission). Raising a
+// thread's priority needs root, CAP_SYS_NICE or a RLIMIT_NICE (systemd
+// LimitNICE=) that allows it: false when refused. A no-op elsewhere.
+bool set_thread_urgent(bool urgent);
+
 // httplib's task queue, bounded: `workers` threads serve connections; up to
 // `cap` connections may be open; the rest go to one refusing thread that
 // answers 503 as soon as it has read the request line and headers. The

@@ -182,6 +182,13 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   const auto t0 = Clock::now();
   const std::string id = random_id(chat ? "chatcmpl" : "cmpl");
   const int cls = class_of(req);
+  if (!set_thread_urgent(cls < adm.options().default_class)) {
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      spdlog::warn("cannot raise an HTTP worker's CPU priority for an urgent request (needs root, CAP_SYS_NICE "
+                   "or LimitNICE): urgent requests are served at --http-nice");
+    });
+  }
   // Refuse at once what no work could admit, before parsing anything.
   if (adm.draining() || adm.memory_pressure()) {
     const Decision d = adm.peek();
@@ -282,6 +289,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   } held{adm, ref};
   gp.reuse = d.reuse;
   gp.copy_from = d.copy_from;
+  gp.promote_after_s = d.promote_after_s;
   gp.keep_cache = o.prompt_cache && r.cache_prompt;
   if (!r.seed_given) gp.sampling.seed = static_cast<uint64_t>(t0.time_since_epoch().count()) ^ ref.gen;
   if (Status st = engine.submit(ref, prompt.tokens, gp); !st.ok())

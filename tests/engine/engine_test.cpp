@@ -393,6 +393,49 @@ TEST(Engine, PromptsArePrefilledInSubmissionOrder) {
   for (const SlotRef& r : {r0, r1, r2}) e->release(r);
 }
 
+// A more urgent class's prompts go first, but a less urgent prompt past its
+// promotion time (GenerateParams::promote_after_s) is served as the most
+// urgent class, in submission order: it is not starved by urgent prompts
+// that keep coming. Without promotion it waits for them all.
+std::vector<int> first_token_order(double promote_after_s) {
+  // Steps of at least 3 ms and 8 tokens: a 60-token prompt takes 8 steps.
+  auto e = make_engine(synth_model("tiny-llama", "Q8_0"), 3, 256, 1, DType::F16, 8, AttnMath::F32, 0.003);
+  EXPECT_TRUE(e);
+  if (!e) return {};
+  std::vector<int32_t> prompt(60, 7);
+  prompt[0] = 1;
+  GenerateParams chat = greedy(1), sensor = greedy(1);
+  chat.ignore_eos = sensor.ignore_eos = true;
+  chat.priority = 1;
+  chat.promote_after_s = promote_after_s;
+  sensor.priority = 0;
+  const SlotRef c = e->try_acquire(), a = e->try_acquire(), b = e->try_acquire();
+  EXPECT_TRUE(e->submit(c, prompt, chat).ok());
+  EXPECT_TRUE(e->submit(a, prompt, sensor).ok());
+  EXPECT_TRUE(e->submit(b, prompt, sensor).ok());
+  std::vector<int> order;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (order.size() < 3 && std::chrono::steady_clock::now() < end) {
+    for (const SlotRef& r : {c, a, b})
+      if (std::find(order.begin(), order.end(), r.slot) == order.end() &&
+          e->wait_for(r.slot, 0, std::chrono::steady_clock::now()) > 0)
+        order.push_back(r.slot);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (const SlotRef& r : {c, a, b}) e->release(r);
+  // As classes: 1 for the chat prompt, 0 for a sensor's.
+  std::vector<int> classes;
+  for (int slot : order) classes.push_back(slot == c.slot ? 1 : 0);
+  return classes;
+}
+
+TEST(Engine, UrgentPromptsGoFirstUntilALessUrgentOneIsPromoted) {
+  EXPECT_EQ(first_token_order(0), (std::vector<int>{0, 0, 1})) << "no promotion: the sensors' prompts first";
+  // Promoted a millisecond after submission: the chat prompt, submitted
+  // first, is then the first of the most urgent class.
+  EXPECT_EQ(first_token_order(0.001), (std::vector<int>{1, 0, 0}));
+}
+
 }  // namespace
 }  // namespace edgelm
 

@@ -75,6 +75,46 @@ TEST(Ttft, LessUrgentStreamsLendNothingButTakeTheirShare) {
   EXPECT_NEAR(serve::predict_ttft(m, {}, 100, 0, same, 64, eo), 25 * 0.03, 1e-9);
 }
 
+// With urgent classes (sensors before chat): a sensor's prompt is not held
+// back by another sensor's banked time (whole steps), a chat prompt's steps
+// are bounded by urgent_wait_s, and a promoted chat prompt ignores every
+// bank but stays bounded, behind the urgent prompts.
+TEST(Ttft, UrgentPromptsTakeWholeStepsAndOthersAreBounded) {
+  StepModel m{0.02, 0.002, 10};
+  EngineOptions eo;
+  eo.max_step_seconds = 0.03;
+  eo.urgent_classes = 1;
+  eo.urgent_wait_s = 0.05;
+  const double even = kDecodeHorizon * (0.03 - m.predict(1));  // nothing banked
+  const std::vector<serve::StreamAhead> sensor = {{1, 1000, even, 0}};
+  // A sensor prompt beside a sensor stream: full steps of 63 and 37 tokens.
+  EXPECT_NEAR(serve::predict_ttft(m, {}, 100, 0, sensor, 64, eo), m.predict(64) + m.predict(38), 1e-9);
+  // A chat prompt beside a chat stream with nothing banked: 4 tokens a
+  // step, as before (the bank binds before urgent_wait_s does).
+  const std::vector<serve::StreamAhead> chat = {{1, 1000, even, 1}};
+  EXPECT_NEAR(serve::predict_ttft(m, {}, 100, 1, chat, 64, eo), 25 * 0.03, 1e-9);
+  // Alone, a chat prompt's steps last at most 0.05 s: 15 tokens
+  // ((0.05 - 0.02) / 0.002), so 100 tokens take 7 steps (6 x 15 + 10).
+  EXPECT_NEAR(serve::predict_ttft(m, {}, 100, 1, {}, 64, eo), 6 * 0.05 + m.predict(10), 1e-9);
+  // A promoted chat prompt ahead, beside the chat stream: no bank holds
+  // it, steps of 0.05 s with the stream's token (14 prompt tokens), so its
+  // 28 tokens take 2 steps; then ours (chat, not promoted) at 4 a step,
+  // beside two streams now: (0.03 + bank) ... measured as the engine would.
+  const std::vector<serve::PromptAhead> promoted = {{28, 1000, 1, true}};
+  const double t = serve::predict_ttft(m, promoted, 4, 1, chat, 64, eo);
+  EXPECT_GT(t, 2 * 0.05 - 1e-9);
+  EXPECT_LT(t, 2 * 0.05 + 0.03 * 4);
+  // The rank: urgent classes, then promoted prompts, then the rest.
+  EXPECT_LT(prefill_rank({0, false}, eo), prefill_rank({1, true}, eo));
+  EXPECT_LT(prefill_rank({1, true}, eo), prefill_rank({1, false}, eo));
+  EXPECT_TRUE(prefill_rank({0, true}, eo) == prefill_rank({0, false}, eo)) << "an urgent prompt is not reordered";
+  eo.urgent_classes = 0;
+  EXPECT_LT(prefill_rank({1, true}, eo), prefill_rank({0, false}, eo)) << "no urgent class: promoted goes first";
+  // Who lends: a promoted prompt waits for nobody's bank.
+  EXPECT_FALSE(lends_to_prefill(0, {1, true}, eo));
+  EXPECT_TRUE(lends_to_prefill(0, {1, false}, eo));
+}
+
 struct Streamed {
   int status = -1;
   double predicted = -1;  // s, from the server's header
