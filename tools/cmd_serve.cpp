@@ -282,7 +282,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option_function<double>(
          "--urgent-wait-ms", [&s](double ms) { s.admission.urgent_wait_s = ms / 1000; },
          "With classes before --default-class: how long a step that computes a less urgent prompt may last (an "
-         "urgent request arriving meanwhile waits at most this long for it); 0: no limit")
+         "urgent request arriving meanwhile waits at most this long for it; never less than four one-token "
+         "steps); 0: no limit")
       ->default_str("100")
       ->check(CLI::Range(0.0, 60000.0));
   cmd->add_flag("--no-prompt-cache", f->no_prompt_cache,

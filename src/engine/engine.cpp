@@ -119,7 +119,10 @@ int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const Engi
   int budget = std::max(step_tokens - n_decode, 0);
   const bool bounded = front.promoted || (o.urgent_classes > 0 && front.cls >= o.urgent_classes);
   if (bounded && o.urgent_wait_s > 0 && m.b > 0) {
-    const double fit = (o.urgent_wait_s - m.predict(n_decode)) / m.b;
+    // At least four one-token steps long: every step pays the model's fixed
+    // cost, and shorter ones would be mostly that on a larger model.
+    const double cap = std::max(o.urgent_wait_s, 4 * m.predict(1));
+    const double fit = (cap - m.predict(n_decode)) / m.b;
     budget = std::min(budget, std::max(o.min_prefill_chunk, static_cast<int>(std::clamp(fit, 0.0, static_cast<double>(budget)))));
   }
   const double cap = token_allowance(m, o);

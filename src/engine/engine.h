@@ -114,7 +114,8 @@ struct EngineOptions {
   // no class is.
   int urgent_classes = 0;
   // How long a step that prefills a promoted prompt, or with urgent classes
-  // a less urgent one, may last (predicted; prefill_budget). 0: no limit.
+  // a less urgent one, may last (predicted; prefill_budget; never less than
+  // four one-token steps). 0: no limit.
   double urgent_wait_s = 0;
   // Testing aids: every step takes at least min_step_seconds +
   // min_token_seconds x tokens, as on a slower board (the step-time model
@@ -154,7 +155,8 @@ double token_allowance(const StepModel& m, const EngineOptions& o);
 //
 // `front` is the prompt served first. A step that serves a promoted prompt,
 // or with urgent classes configured a less urgent one, lasts at most
-// urgent_wait_s (predicted; at least min_prefill_chunk tokens): an urgent
+// urgent_wait_s or four one-token steps, whichever is longer (predicted; at
+// least min_prefill_chunk tokens): an urgent
 // request that arrives meanwhile waits no longer for it to end, and the
 // streams a promoted prompt does not wait for lose at most that per step.
 int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o, double slack = 0,

@@ -84,7 +84,7 @@ TEST(Ttft, UrgentPromptsTakeWholeStepsAndOthersAreBounded) {
   EngineOptions eo;
   eo.max_step_seconds = 0.03;
   eo.urgent_classes = 1;
-  eo.urgent_wait_s = 0.05;
+  eo.urgent_wait_s = 0.1;
   const double even = kDecodeHorizon * (0.03 - m.predict(1));  // nothing banked
   const std::vector<serve::StreamAhead> sensor = {{1, 1000, even, 0}};
   // A sensor prompt beside a sensor stream: full steps of 63 and 37 tokens.
@@ -93,17 +93,24 @@ TEST(Ttft, UrgentPromptsTakeWholeStepsAndOthersAreBounded) {
   // step, as before (the bank binds before urgent_wait_s does).
   const std::vector<serve::StreamAhead> chat = {{1, 1000, even, 1}};
   EXPECT_NEAR(serve::predict_ttft(m, {}, 100, 1, chat, 64, eo), 25 * 0.03, 1e-9);
-  // Alone, a chat prompt's steps last at most 0.05 s: 15 tokens
-  // ((0.05 - 0.02) / 0.002), so 100 tokens take 7 steps (6 x 15 + 10).
-  EXPECT_NEAR(serve::predict_ttft(m, {}, 100, 1, {}, 64, eo), 6 * 0.05 + m.predict(10), 1e-9);
+  // Alone, a chat prompt's steps last at most 0.1 s: 40 tokens
+  // ((0.1 - 0.02) / 0.002), so 70 tokens take 40 + 30.
+  EXPECT_NEAR(serve::predict_ttft(m, {}, 70, 1, {}, 64, eo), 0.1 + m.predict(30), 1e-9);
+  // Never shorter than four one-token steps (0.088 s: 34 tokens): 34 + 34 + 2.
+  eo.urgent_wait_s = 0.05;
+  EXPECT_NEAR(serve::predict_ttft(m, {}, 70, 1, {}, 64, eo), 2 * m.predict(34) + m.predict(2), 1e-9);
+  eo.urgent_wait_s = 0.1;
   // A promoted chat prompt ahead, beside the chat stream: no bank holds
-  // it, steps of 0.05 s with the stream's token (14 prompt tokens), so its
-  // 28 tokens take 2 steps; then ours (chat, not promoted) at 4 a step,
-  // beside two streams now: (0.03 + bank) ... measured as the engine would.
+  // it, so its 28 tokens go in one step (at most 39 fit in 0.1 s beside
+  // the stream's token); then ours (chat, not promoted) beside the two
+  // streams, held by their banks: 4 tokens in one to four steps.
   const std::vector<serve::PromptAhead> promoted = {{28, 1000, 1, true}};
   const double t = serve::predict_ttft(m, promoted, 4, 1, chat, 64, eo);
-  EXPECT_GT(t, 2 * 0.05 - 1e-9);
-  EXPECT_LT(t, 2 * 0.05 + 0.03 * 4);
+  EXPECT_GE(t, m.predict(29) + m.predict(6) - 1e-9);
+  EXPECT_LE(t, m.predict(29) + 4 * m.predict(3) + 1e-9);
+  // Not promoted, the same prompt ahead is held by the chat stream's bank too.
+  const std::vector<serve::PromptAhead> waiting = {{28, 1000, 1, false}};
+  EXPECT_GT(serve::predict_ttft(m, waiting, 4, 1, chat, 64, eo), t + 0.1);
   // The rank: urgent classes, then promoted prompts, then the rest.
   EXPECT_LT(prefill_rank({0, false}, eo), prefill_rank({1, true}, eo));
   EXPECT_LT(prefill_rank({1, true}, eo), prefill_rank({1, false}, eo));
