@@ -110,7 +110,7 @@ int serve_main(ServeFlags f) {
   }
   // The default class as an index: the classes before it are urgent (the
   // engine's prefill and the gate's checks need it before the server exists).
-  f.server.admission.default_class = static_cast<int>(find_class(f.server.default_class) - adm_classes.data());
+  f.server.admission.default_class = serve::class_index(adm_classes, f.server.default_class);
   if (const double s = f.server.admission.max_slowdown; s != 0 && s < 1) {
     fmt::print(stderr, "error: --max-slowdown {} is below 1: a stream cannot be promised more than a lone stream's speed (0 turns it off)\n", s);
     return 1;

@@ -34,6 +34,10 @@ int common_prefix(const int32_t* a, const int32_t* b, int n) {
   while (i < n && a[i] == b[i]) ++i;
   return i;
 }
+
+Clock::duration clock_span(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tokenizer::Tokenizer tok,
@@ -117,24 +121,23 @@ double token_allowance(const StepModel& m, const EngineOptions& o) {
 int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const EngineOptions& o, double slack,
                    const PrefillFront& front) {
   int budget = std::max(step_tokens - n_decode, 0);
-  const bool bounded = front.promoted || (o.urgent_classes > 0 && front.cls >= o.urgent_classes);
-  if (bounded && o.urgent_wait_s > 0 && m.b > 0) {
-    // At least four one-token steps long: every step pays the model's fixed
-    // cost, and shorter ones would be mostly that on a larger model.
-    const double cap = std::max(o.urgent_wait_s, 4 * m.predict(1));
-    const double fit = (cap - m.predict(n_decode)) / m.b;
-    budget = std::min(budget, std::max(o.min_prefill_chunk, static_cast<int>(std::clamp(fit, 0.0, static_cast<double>(budget)))));
-  }
-  const double cap = token_allowance(m, o);
-  if (n_decode > 0 && std::isfinite(cap)) {
-    // The step may last its streams' allowance for one token, plus the time
-    // they have banked (slack).
-    const double room = cap + std::max(slack, 0.0) - m.predict(n_decode);
-    // No per-token cost measured yet: a full step only if there is room at all.
+  // At most the prompt tokens that keep the step within `seconds`
+  // (predicted), at least min_prefill_chunk. No per-token cost measured
+  // yet: a full step only if there is room at all.
+  auto within = [&](double seconds) {
+    const double room = seconds - m.predict(n_decode);
     const double fit = m.b > 0 ? room / m.b : (room > 0 ? budget : 0);
     const int fits = static_cast<int>(std::clamp(fit, 0.0, static_cast<double>(budget)));
     budget = std::min(budget, std::max(o.min_prefill_chunk, fits));
-  }
+  };
+  const bool bounded = front.promoted || (o.urgent_classes > 0 && front.cls >= o.urgent_classes);
+  // At least four one-token steps long: every step pays the model's fixed
+  // cost, and shorter ones would be mostly that on a larger model.
+  if (bounded && o.urgent_wait_s > 0 && m.b > 0) within(std::max(o.urgent_wait_s, 4 * m.predict(1)));
+  // The step may last its streams' allowance for one token, plus the time
+  // they have banked (slack).
+  const double cap = token_allowance(m, o);
+  if (n_decode > 0 && std::isfinite(cap)) within(cap + std::max(slack, 0.0));
   return budget;
 }
 
@@ -146,7 +149,7 @@ double stream_bank(const StepModel& m, double allowance, int n_decode, int n_out
 
 void EngineOptions::pad_step(Clock::time_point t0, int tokens) const {
   const double s = min_step_seconds + min_token_seconds * tokens;
-  if (s > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
+  if (s > 0) std::this_thread::sleep_until(t0 + clock_span(s));
 }
 
 void Engine::calibrate() {
@@ -262,10 +265,7 @@ Status Engine::submit(SlotRef ref, std::span<const int32_t> prompt, const Genera
   s.seq_pub.store(s.seq, std::memory_order_relaxed);
   s.params = p;
   s.promote_at.store(p.promote_after_s > 0 && p.priority > 0
-                         ? (Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(p.promote_after_s)))
-                               .time_since_epoch()
-                               .count()
+                         ? (Clock::now() + clock_span(p.promote_after_s)).time_since_epoch().count()
                          : 0,
                      std::memory_order_relaxed);
   if (p.copy_from >= 0) {
@@ -715,10 +715,7 @@ bool Engine::step_once() {
   if (batch_.empty()) return false;
 
   const auto t0 = Clock::now();
-  step_end_.store((t0 + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(m.predict(static_cast<int>(batch_.size())))))
-                      .time_since_epoch()
-                      .count(),
+  step_end_.store((t0 + clock_span(m.predict(static_cast<int>(batch_.size())))).time_since_epoch().count(),
                   std::memory_order_relaxed);
   auto logits = forward_->step(batch_);
   step_end_.store(0, std::memory_order_relaxed);

@@ -330,8 +330,8 @@ class Engine {
   // Submission order of the slot's request (lower was submitted earlier).
   uint64_t submission(int slot) const;
   // Whether the slot's prompt, if still waiting for its first token, is now
-  // prefilled as the most urgent class: its first-token promise has passed
-  // (GenerateParams::promote_after_s).
+  // promoted: its first-token promise has passed (GenerateParams::
+  // promote_after_s; prefill_rank, lends_to_prefill).
   bool promoted(int slot) const;
 
  private:
@@ -356,8 +356,8 @@ class Engine {
     std::atomic<int> n_prompt_pub{0}, max_tokens_pub{0};
     uint64_t seq = 0;  // submission order: prompts are prefilled first come, first served
     std::atomic<uint64_t> seq_pub{0};  // the same, for admission
-    // When the prompt is promoted to the most urgent class
-    // (GenerateParams::promote_after_s; 0: never), for the engine and admission.
+    // When the prompt is promoted (GenerateParams::promote_after_s; 0:
+    // never), for the engine and admission.
     std::atomic<std::chrono::steady_clock::rep> promote_at{0};
     // Tokens [0, cached) of `tokens` have their KV in the slot: set at
     // release from n_past (0 when the request asked not to keep it).

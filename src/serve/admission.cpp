@@ -21,6 +21,12 @@ std::string_view reason_name(Reason r) {
   return "?";
 }
 
+int class_index(const std::vector<ClassSpec>& classes, std::string_view name) {
+  for (size_t i = 0; i < classes.size(); ++i)
+    if (classes[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
 double predicted_stream_rate(const StepModel& m, int streams) {
   const double t = m.predict(std::max(streams, 1));
   return t > 0 ? 1.0 / t : 1e9;
@@ -343,7 +349,7 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
       return r;
     }
     // Past the time it can start and still keep its promise, a less urgent
-    // prompt is served as the most urgent class (the engine promotes it).
+    // prompt is promoted by the engine (prefill_rank, lends_to_prefill).
     double promise = o_.max_ttft_slowdown > 0 ? d.promised_ttft : std::numeric_limits<double>::infinity();
     if (o_.max_ttft_s > 0) promise = std::min(promise, o_.max_ttft_s);
     d.promote_after_s = std::isfinite(promise) ? std::max(promise - d.unloaded_ttft, 1e-3) : 0;

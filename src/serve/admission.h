@@ -46,6 +46,9 @@ struct ClassSpec {
   int reserved = 0;  // slots only this class (or a more urgent one) may take
 };
 
+// The index of the class named `name` in `classes`; -1: no such class.
+int class_index(const std::vector<ClassSpec>& classes, std::string_view name);
+
 struct AdmissionOptions {
   // Most urgent first. With one class every request is equal.
   std::vector<ClassSpec> classes = {{"chat", 0}};
@@ -57,8 +60,9 @@ struct AdmissionOptions {
   // alarm a late answer beats a 429, and less urgent streams slow for it.
   int default_class = 0;
   // With classes more urgent than the default, a step that prefills a less
-  // urgent prompt lasts at most this long (EngineOptions::urgent_wait_s), so
-  // an urgent request never waits long behind one. 0: no limit.
+  // urgent prompt lasts at most this long, or four one-token steps if that
+  // is longer (EngineOptions::urgent_wait_s), so an urgent request never
+  // waits long behind one. 0: no limit.
   double urgent_wait_s = 0.1;
   double min_stream_rate = 5.0;  // tokens/s every admitted stream must keep
   // ... and at least 1 / max_slowdown of what a lone stream gets (0: off).
@@ -90,8 +94,8 @@ struct Decision {
   double predicted_ttft = 0;  // seconds to the first token, waiting included
   double unloaded_ttft = 0;   // the same on an idle server
   double promised_ttft = 0;   // the most the first-token promise allows it
-  // Seconds after submission at which the engine serves its prompt as the
-  // most urgent class if it is still waiting (GenerateParams); 0: never.
+  // Seconds after submission at which the engine promotes its prompt if it
+  // is still waiting (GenerateParams::promote_after_s); 0: never.
   double promote_after_s = 0;
   bool ok() const { return reason == Reason::None; }
 };

@@ -159,12 +159,7 @@ void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time
                d.retry_after_s, 1000 * d.predicted_ttft);
 }
 
-int Server::Impl::class_index(std::string_view name) const {
-  const auto& cs = adm.options().classes;
-  for (size_t i = 0; i < cs.size(); ++i)
-    if (cs[i].name == name) return static_cast<int>(i);
-  return -1;
-}
+int Server::Impl::class_index(std::string_view name) const { return serve::class_index(adm.options().classes, name); }
 
 int Server::Impl::class_of(const httplib::Request& req) const {
   const int dflt = std::max(class_index(o.default_class), 0);
@@ -504,8 +499,7 @@ Server::Server(Engine& engine, const ServerOptions& o)
       o_(o),
       admission_(std::make_unique<Admission>(engine, [&o] {
         AdmissionOptions a = o.admission;
-        for (size_t i = 0; i < a.classes.size(); ++i)
-          if (a.classes[i].name == o.default_class) a.default_class = static_cast<int>(i);
+        if (const int i = class_index(a.classes, o.default_class); i >= 0) a.default_class = i;
         return a;
       }())),
       metrics_(std::make_unique<Metrics>()) {

@@ -364,6 +364,21 @@ TEST(Engine, StaleReferencesCannotTouchTheNextRequest) {
   EXPECT_EQ(e->active_slots(), 0);
 }
 
+// The slots of `refs` in the order their first token appeared (polled; up
+// to 30 s).
+std::vector<int> first_token_slots(Engine& e, const std::vector<SlotRef>& refs) {
+  std::vector<int> order;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (order.size() < refs.size() && std::chrono::steady_clock::now() < end) {
+    for (const SlotRef& r : refs)
+      if (std::find(order.begin(), order.end(), r.slot) == order.end() &&
+          e.wait_for(r.slot, 0, std::chrono::steady_clock::now()) > 0)
+        order.push_back(r.slot);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return order;
+}
+
 // Prompts are prefilled in the order they were submitted, whatever their
 // slots: a later prompt in a lower slot does not go first.
 TEST(Engine, PromptsArePrefilledInSubmissionOrder) {
@@ -380,16 +395,7 @@ TEST(Engine, PromptsArePrefilledInSubmissionOrder) {
   ASSERT_TRUE(e->submit(r2, prompt, p).ok());
   ASSERT_TRUE(e->submit(r1, prompt, p).ok());
   ASSERT_TRUE(e->submit(r0, prompt, p).ok());
-  std::vector<int> order;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (order.size() < 3 && std::chrono::steady_clock::now() < end) {
-    for (const SlotRef& r : {r0, r1, r2})
-      if (std::find(order.begin(), order.end(), r.slot) == order.end() &&
-          e->wait_for(r.slot, 0, std::chrono::steady_clock::now()) > 0)
-        order.push_back(r.slot);
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  EXPECT_EQ(order, (std::vector<int>{r2.slot, r1.slot, r0.slot}));
+  EXPECT_EQ(first_token_slots(*e, {r0, r1, r2}), (std::vector<int>{r2.slot, r1.slot, r0.slot}));
   for (const SlotRef& r : {r0, r1, r2}) e->release(r);
 }
 
@@ -413,15 +419,7 @@ std::vector<int> first_token_order(double promote_after_s) {
   EXPECT_TRUE(e->submit(c, prompt, chat).ok());
   EXPECT_TRUE(e->submit(a, prompt, sensor).ok());
   EXPECT_TRUE(e->submit(b, prompt, sensor).ok());
-  std::vector<int> order;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (order.size() < 3 && std::chrono::steady_clock::now() < end) {
-    for (const SlotRef& r : {c, a, b})
-      if (std::find(order.begin(), order.end(), r.slot) == order.end() &&
-          e->wait_for(r.slot, 0, std::chrono::steady_clock::now()) > 0)
-        order.push_back(r.slot);
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  const std::vector<int> order = first_token_slots(*e, {c, a, b});
   for (const SlotRef& r : {c, a, b}) e->release(r);
   // As classes: 1 for the chat prompt, 0 for a sensor's.
   std::vector<int> classes;
