@@ -38,6 +38,7 @@ struct Tiles : VecTiles<F32x8> {
 
 void register_attn_avx2(Backend& be) {
   register_attn<Tiles>(be);
+  register_elementwise<F32x8>(be);
 }
 
 }  // namespace edgelm::kernels

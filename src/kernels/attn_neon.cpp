@@ -42,6 +42,7 @@ struct Tiles : VecTiles<F32x4> {
 
 void register_attn_neon(Backend& be) {
   register_attn<Tiles>(be);
+  register_elementwise<F32x4>(be);
 }
 
 }  // namespace edgelm::kernels

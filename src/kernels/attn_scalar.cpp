@@ -1,5 +1,6 @@
 // Scalar reference of the attention tile kernels (kernels.h, "attention
-// tiles"): the oracle the SIMD versions are tested against.
+// tiles") and of the element-wise ones: the oracle the SIMD versions are
+// tested against.
 
 #include <cmath>
 
@@ -57,6 +58,22 @@ float exp_sum(float* s, int n, float m) {
   return sum;
 }
 
+// The element-wise references (kernels.h, "element-wise").
+void silu_mul(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(n)) + eps);
+  if (w) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+  }
+}
+
 }  // namespace
 
 void register_attn_scalar(Backend& be) {
@@ -66,6 +83,8 @@ void register_attn_scalar(Backend& be) {
   be.attn_scores = scores;
   be.attn_accumulate = accumulate;
   be.attn_exp_sum = exp_sum;
+  be.silu_mul = silu_mul;
+  be.rms_norm = rms_norm;
 }
 
 }  // namespace edgelm::kernels

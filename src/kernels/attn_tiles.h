@@ -1,6 +1,6 @@
 // Internal: the attention tile kernels (kernels.h, "attention tiles") that
 // every ISA shares: the loop nests over query rows, key rows and columns,
-// and exp. Written once over
+// and the softmax's exp (vec_math.h's). Written once over
 //
 //   a tile kernel K (attn_<isa>.cpp):
 //     template <int NR, int NK> static void score_tile(q, k, d, s, lds);
@@ -26,28 +26,10 @@
 #include <cstring>
 
 #include "kernels/backend.h"
+#include "kernels/vec_math.h"
 
 namespace edgelm::kernels {
 namespace {
-
-// exp(x) for x <= 0: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so
-// n ln2 is exact enough), e^r by its Taylor polynomial to r^6 (truncation
-// about 1.2e-7 relative), times 2^n. Below -87.3 (2^-126) the result is 0.
-template <class S>
-inline typename S::V exp_neg(typename S::V x) {
-  using V = typename S::V;
-  const V n = S::round(S::mul(x, S::splat(1.44269504088896341f)));
-  V r = S::fnma(n, S::splat(0.693145751953125f), x);
-  r = S::fnma(n, S::splat(1.428606765330187e-06f), r);
-  V p = S::splat(1.0f / 720);
-  p = S::fma(p, r, S::splat(1.0f / 120));
-  p = S::fma(p, r, S::splat(1.0f / 24));
-  p = S::fma(p, r, S::splat(1.0f / 6));
-  p = S::fma(p, r, S::splat(0.5f));
-  p = S::fma(p, r, S::splat(1.0f));
-  p = S::fma(p, r, S::splat(1.0f));
-  return S::keep_ge(S::scale_pow2(p, n), x, -87.3f);
-}
 
 template <class S>
 struct VecTiles {

@@ -22,6 +22,8 @@ using KvToF32Fn = void (*)(const void* src, size_t src_stride, int rows, float* 
 using AttnScoresFn = void (*)(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds);
 using AttnExpSumFn = float (*)(float* s, int n, float m);
 using AttnAccumulateFn = void (*)(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
+using SiluMulFn = void (*)(float* g, const float* u, int64_t n);
+using RmsNormFn = void (*)(const float* x, const float* w, float* y, int64_t n, float eps);
 
 // Fully unrolls a loop over a tile's rows or columns (a template constant).
 // GCC 12 otherwise keeps an array of vector accumulators in memory and
@@ -60,6 +62,8 @@ struct Backend {
   AttnScoresFn attn_scores = nullptr;
   AttnAccumulateFn attn_accumulate = nullptr;
   AttnExpSumFn attn_exp_sum = nullptr;
+  SiluMulFn silu_mul = nullptr;
+  RmsNormFn rms_norm = nullptr;
 };
 
 // The tables. The SIMD ones exist only when their sources are compiled for

@@ -108,6 +108,8 @@ struct Resolved {
   AttnScoresFn attn_scores[kNumIsas] = {};
   AttnAccumulateFn attn_accumulate[kNumIsas] = {};
   AttnExpSumFn attn_exp_sum[kNumIsas] = {};
+  SiluMulFn silu_mul[kNumIsas] = {};
+  RmsNormFn rms_norm[kNumIsas] = {};
 };
 
 // The first non-null entry along the chain that starts at the best available
@@ -155,6 +157,8 @@ Resolved resolve() {
     r.attn_accumulate[i] =
         first_along_chain<AttnAccumulateFn>(isa, [](const Backend& b) { return b.attn_accumulate; });
     r.attn_exp_sum[i] = first_along_chain<AttnExpSumFn>(isa, [](const Backend& b) { return b.attn_exp_sum; });
+    r.silu_mul[i] = first_along_chain<SiluMulFn>(isa, [](const Backend& b) { return b.silu_mul; });
+    r.rms_norm[i] = first_along_chain<RmsNormFn>(isa, [](const Backend& b) { return b.rms_norm; });
   }
   return r;
 }
@@ -310,6 +314,14 @@ void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* 
 
 float attn_exp_sum(Isa isa, float* s, int n, float m) {
   return n > 0 ? table().attn_exp_sum[isa_index(isa)](s, n, m) : 0.0f;
+}
+
+void silu_mul(Isa isa, float* g, const float* u, int64_t n) {
+  if (n > 0) table().silu_mul[isa_index(isa)](g, u, n);
+}
+
+void rms_norm(Isa isa, const float* x, const float* w, float* y, int64_t n, float eps) {
+  if (n > 0) table().rms_norm[isa_index(isa)](x, w, y, n, eps);
 }
 
 void store_kv(DType kv_type, const float* src, void* dst, int64_t n) {

@@ -129,4 +129,16 @@ void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* 
 // ulp of std::exp (the reference), and flush results below 2^-126 to zero.
 float attn_exp_sum(Isa isa, float* s, int n, float m);
 
+// --- element-wise ------------------------------------------------------------
+// The float work between the matrix products, one row at a time (the
+// caller spreads rows over threads). The scalar paths are the reference;
+// the SIMD ones agree to a few ulp (their exp is attn_exp_sum's polynomial,
+// their sums run in several float lanes).
+//
+// g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i]: the gated
+// feed-forward's activation.
+void silu_mul(Isa isa, float* g, const float* u, int64_t n);
+// y = x / sqrt(mean(x^2) + eps) * w over n elements (w null: no gain); y may be x.
+void rms_norm(Isa isa, const float* x, const float* w, float* y, int64_t n, float eps);
+
 }  // namespace edgelm::kernels

@@ -67,6 +67,9 @@ struct F32x8 {
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }    // a * b + c
   static V fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a * b
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V neg_abs(V v) { return _mm256_or_ps(v, _mm256_set1_ps(-0.0f)); }  // -|v|
+  static V if_neg(V x, V a, V b) { return _mm256_blendv_ps(b, a, x); }     // x < 0 (sign set) ? a : b
   static V round(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static float sum(V v) { return hsum(v); }
   // p * 2^n for integral n in [-126, 127], built in the exponent bits.

@@ -54,6 +54,12 @@ struct F32x4 {
   static V mul(V a, V b) { return vmulq_f32(a, b); }
   static V fma(V a, V b, V c) { return vfmaq_f32(c, a, b); }   // a * b + c
   static V fnma(V a, V b, V c) { return vfmsq_f32(c, a, b); }  // c - a * b
+  static V div(V a, V b) { return vdivq_f32(a, b); }
+  static V neg_abs(V v) { return vnegq_f32(vabsq_f32(v)); }  // -|v|
+  static V if_neg(V x, V a, V b) {                             // x < 0 (sign set) ? a : b
+    const uint32x4_t sign = vcltq_s32(vreinterpretq_s32_f32(x), vdupq_n_s32(0));
+    return vbslq_f32(sign, a, b);
+  }
   static V round(V v) { return vrndnq_f32(v); }
   static float sum(V v) { return vaddvq_f32(v); }
   // p * 2^n for integral n in [-126, 127], built in the exponent bits.

@@ -8,18 +8,6 @@ namespace edgelm {
 
 namespace {
 
-// y = x / rms(x) * w over n elements (w may be null: no gain).
-void rmsnorm(const float* x, const float* w, float* y, int n, float eps) {
-  double ss = 0;
-  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
-  if (w) {
-    for (int i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
-  } else {
-    for (int i = 0; i < n; ++i) y[i] = x[i] * scale;
-  }
-}
-
 // Work below this many bytes of weights (or multiply-adds) runs on the
 // calling thread: waking the others costs more than it saves, and far more
 // when the cores are shared with other processes.
@@ -75,6 +63,20 @@ Forward::Forward(const ModelConfig& c, const ModelWeights& w, const ScratchLayou
     inv_freq_[i] = t / ff / c.rope_scale;
     t *= theta_scale;
   }
+}
+
+void Forward::each_row(int n, int64_t row_elems, FunctionRef<void(int row)> fn) {
+  if (n * row_elems * static_cast<int64_t>(sizeof(float)) < kMinParallelWork || pool_.size() <= 1) {
+    for (int r = 0; r < n; ++r) fn(r);
+    return;
+  }
+  // Contiguous runs of rows, a few per thread, so a slow core does not hold the rest.
+  const int chunks = std::min(n, pool_.size() * 4);
+  pool_.run(chunks, [&](int ch, int) {
+    const int r0 = static_cast<int>(static_cast<int64_t>(n) * ch / chunks);
+    const int r1 = static_cast<int>(static_cast<int64_t>(n) * (ch + 1) / chunks);
+    for (int r = r0; r < r1; ++r) fn(r);
+  });
 }
 
 void Forward::matmul(const TensorView& w, const float* in, int T, float* out, bool same_input) {
@@ -295,7 +297,14 @@ Result<const float*> Forward::step(std::span<const BatchToken> batch) {
   const int qd = c_.q_dim(), kd = c_.k_dim(), vd = c_.v_dim();
   for (int l = 0; l < c_.n_layers; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
-    for (int t = 0; t < T; ++t) rmsnorm(x + static_cast<size_t>(t) * E, L.attn_norm.f32(), xb + static_cast<size_t>(t) * E, E, c_.rms_eps);
+    // Layer 0's input norm; every later one is done with the residual add
+    // that ends the layer before it.
+    if (l == 0) {
+      each_row(T, E, [&](int t) {
+        kernels::rms_norm(isa_, x + static_cast<size_t>(t) * E, L.attn_norm.f32(), xb + static_cast<size_t>(t) * E, E,
+                          c_.rms_eps);
+      });
+    }
     matmul(L.wq, xb, T, q);
     matmul(L.wk, xb, T, k, true);
     matmul(L.wv, xb, T, v, true);
@@ -307,10 +316,15 @@ Result<const float*> Forward::step(std::span<const BatchToken> batch) {
       }
     }
     if (c_.qk_norm) {
-      for (int r = 0; r < T * c_.n_heads; ++r)
-        rmsnorm(q + static_cast<size_t>(r) * c_.head_dim, L.q_norm.f32(), q + static_cast<size_t>(r) * c_.head_dim, c_.head_dim, c_.rms_eps);
-      for (int r = 0; r < T * c_.n_kv_heads; ++r)
-        rmsnorm(k + static_cast<size_t>(r) * c_.head_dim, L.k_norm.f32(), k + static_cast<size_t>(r) * c_.head_dim, c_.head_dim, c_.rms_eps);
+      const int hd = c_.head_dim;
+      each_row(T * c_.n_heads, hd, [&](int r) {
+        float* row = q + static_cast<size_t>(r) * hd;
+        kernels::rms_norm(isa_, row, L.q_norm.f32(), row, hd, c_.rms_eps);
+      });
+      each_row(T * c_.n_kv_heads, hd, [&](int r) {
+        float* row = k + static_cast<size_t>(r) * hd;
+        kernels::rms_norm(isa_, row, L.k_norm.f32(), row, hd, c_.rms_eps);
+      });
     }
     rope(q, T, c_.n_heads, batch);
     rope(k, T, c_.n_kv_heads, batch);
@@ -322,20 +336,28 @@ Result<const float*> Forward::step(std::span<const BatchToken> batch) {
                 c_.head_dim_v);
     }
     attention(l, batch);
-    // The residual add reuses `xb` for the projection output.
+    // The residual add reuses `xb` for the projection output; the add and the
+    // next norm go row by row, while a token's row is in cache.
+    const LayerWeights* next = l + 1 < c_.n_layers ? &w_.layers[static_cast<size_t>(l) + 1] : nullptr;
+    auto add_norm = [&](const TensorView* norm) {
+      each_row(T, E, [&](int t) {
+        float* xt = x + static_cast<size_t>(t) * E;
+        float* bt = xb + static_cast<size_t>(t) * E;
+        for (int i = 0; i < E; ++i) xt[i] += bt[i];
+        if (norm) kernels::rms_norm(isa_, xt, norm->f32(), bt, E, c_.rms_eps);
+      });
+    };
     matmul(L.wo, att, T, xb);
-    for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += xb[i];
-
-    for (int t = 0; t < T; ++t) rmsnorm(x + static_cast<size_t>(t) * E, L.ffn_norm.f32(), xb + static_cast<size_t>(t) * E, E, c_.rms_eps);
+    add_norm(&L.ffn_norm);
     matmul(L.w_gate, xb, T, gate);
     matmul(L.w_up, xb, T, up, true);
-    const size_t nf = static_cast<size_t>(T) * c_.n_ff;
-    for (size_t i = 0; i < nf; ++i) {
-      const float g = gate[i];
-      gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
-    }
+    const int nff = c_.n_ff;
+    each_row(T, nff, [&](int t) {  // SiLU(gate) * up
+      const size_t o = static_cast<size_t>(t) * nff;
+      kernels::silu_mul(isa_, gate + o, up + o, nff);
+    });
     matmul(L.w_down, gate, T, xb);
-    for (size_t i = 0; i < static_cast<size_t>(T) * E; ++i) x[i] += xb[i];
+    add_norm(next ? &next->attn_norm : nullptr);
   }
 
   // Logits only for the rows that are sampled.
@@ -343,7 +365,8 @@ Result<const float*> Forward::step(std::span<const BatchToken> batch) {
   int r = 0;
   for (int t = 0; t < T; ++t) {
     if (!batch[static_cast<size_t>(t)].logits) continue;
-    rmsnorm(x + static_cast<size_t>(t) * E, w_.output_norm.f32(), last + static_cast<size_t>(r) * E, E, c_.rms_eps);
+    kernels::rms_norm(isa_, x + static_cast<size_t>(t) * E, w_.output_norm.f32(), last + static_cast<size_t>(r) * E, E,
+                      c_.rms_eps);
     ++r;
   }
   float* logits = buf<float>(layout_.logits);

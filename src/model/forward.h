@@ -68,6 +68,9 @@ class Forward {
   // One query head of one token, rounded as llama.cpp does (AttnMath::LlamaCpp).
   void attend_llamacpp(int layer, const BatchToken& bt, int kvh, const float* q, float* work, float* out) const;
   void rope(float* x, int T, int n_heads, std::span<const BatchToken> batch);
+  // fn(t) for each of n rows of `row_elems` floats of element-wise work: on
+  // the calling thread when the whole is small, else spread over the pool.
+  void each_row(int n, int64_t row_elems, FunctionRef<void(int row)> fn);
 
   const ModelConfig& c_;
   const ModelWeights& w_;
