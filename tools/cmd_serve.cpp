@@ -108,9 +108,10 @@ int serve_main(ServeFlags f) {
                fmt::join(f.classes, ", "));
     return 1;
   }
-  // The default class as an index: the classes before it are urgent (the
-  // engine's prefill and the gate's checks need it before the server exists).
-  f.server.admission.default_class = serve::class_index(adm_classes, f.server.default_class);
+  // The default class as an index (the classes before it are urgent) and
+  // whether any request can be urgent: the engine's prefill and the gate's
+  // checks need both before the server exists.
+  serve::resolve_classes(f.server);
   if (const double s = f.server.admission.max_slowdown; s != 0 && s < 1) {
     fmt::print(stderr, "error: --max-slowdown {} is below 1: a stream cannot be promised more than a lone stream's speed (0 turns it off)\n", s);
     return 1;

@@ -41,7 +41,7 @@ double stream_rate_floor(const AdmissionOptions& o, const StepModel& m) {
 void keep_promise(const AdmissionOptions& o, EngineOptions& eo) {
   eo.max_step_seconds = o.min_stream_rate > 0 ? 1.0 / o.min_stream_rate : 0.5;
   eo.max_slowdown = o.max_slowdown;
-  eo.urgent_classes = o.default_class;
+  eo.urgent_classes = o.urgent_requests ? o.default_class : 0;
   eo.urgent_wait_s = o.urgent_wait_s;
 }
 
@@ -352,7 +352,11 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     // prompt is promoted by the engine (prefill_rank, lends_to_prefill).
     double promise = o_.max_ttft_slowdown > 0 ? d.promised_ttft : std::numeric_limits<double>::infinity();
     if (o_.max_ttft_s > 0) promise = std::min(promise, o_.max_ttft_s);
-    d.promote_after_s = std::isfinite(promise) ? std::max(promise - d.unloaded_ttft, 1e-3) : 0;
+    // Promotion serves a prompt that urgent ones held back; without urgent
+    // requests a late prompt is a misprediction, and promoting it would
+    // only take time the streams were promised.
+    d.promote_after_s =
+        std::isfinite(promise) && eo.urgent_classes > 0 ? std::max(promise - d.unloaded_ttft, 1e-3) : 0;
     *reserve = engine_.try_acquire(slot);
     if (!reserve->ok()) return refuse(Reason::Slots);
     reserved_compute_[static_cast<size_t>(slot)] = compute;

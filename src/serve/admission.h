@@ -59,6 +59,12 @@ struct AdmissionOptions {
   // refused by the throughput and first-token checks: for a sensor's
   // alarm a late answer beats a 429, and less urgent streams slow for it.
   int default_class = 0;
+  // Whether any request can be of a class before the default: only the
+  // X-Priority header (--class-header) or an API key mapped to such a class
+  // can make one. When none can, nothing waits for urgent requests: no
+  // prompt step is bounded by urgent_wait_s and no prompt is promoted
+  // (set by serve::urgent_requests_possible).
+  bool urgent_requests = true;
   // With classes more urgent than the default, a step that prefills a less
   // urgent prompt lasts at most this long, or four one-token steps if that
   // is longer (EngineOptions::urgent_wait_s), so an urgent request never

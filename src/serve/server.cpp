@@ -494,13 +494,29 @@ void Server::Impl::watch_memory() {
 
 // ---------------------------------------------------------------------------
 
+bool urgent_requests_possible(const ServerOptions& o) {
+  const int dflt = class_index(o.admission.classes, o.default_class);
+  if (dflt <= 0) return false;
+  if (o.class_header) return true;
+  for (const auto& [key, name] : o.api_key_classes) {
+    const int c = class_index(o.admission.classes, name);
+    if (c >= 0 && c < dflt) return true;
+  }
+  return false;
+}
+
+void resolve_classes(ServerOptions& o) {
+  if (const int i = class_index(o.admission.classes, o.default_class); i >= 0) o.admission.default_class = i;
+  o.admission.urgent_requests = urgent_requests_possible(o);
+}
+
 Server::Server(Engine& engine, const ServerOptions& o)
     : engine_(engine),
       o_(o),
       admission_(std::make_unique<Admission>(engine, [&o] {
-        AdmissionOptions a = o.admission;
-        if (const int i = class_index(a.classes, o.default_class); i >= 0) a.default_class = i;
-        return a;
+        ServerOptions r = o;
+        resolve_classes(r);
+        return r.admission;
       }())),
       metrics_(std::make_unique<Metrics>()) {
   impl_ = std::make_unique<Impl>(*this);

@@ -62,6 +62,16 @@ struct ServerOptions {
 // The bytes of memory the HTTP side can hold at most (request bodies and
 // response buffers of every connection, the status page's ring of samples),
 // for the memory plan.
+// Whether a request can be of a class more urgent than the default: the
+// X-Priority header is trusted, or an API key maps to such a class
+// (AdmissionOptions::urgent_requests).
+bool urgent_requests_possible(const ServerOptions& o);
+// Sets what the gate's options derive from the server's: the default
+// class's index (AdmissionOptions::default_class) and urgent_requests.
+// Called before the engine's options are made (keep_promise) and by the
+// server's constructor.
+void resolve_classes(ServerOptions& o);
+
 uint64_t server_buffer_bytes(const ServerOptions& o, int slots);
 // A bound on the bytes a non-streamed answer of `max_tokens` tokens holds,
 // with `top_logprobs` alternatives per token (-1: no logprobs), when no

@@ -34,6 +34,39 @@ httplib::Result post(const LiveServer& s, const std::string& body, const std::st
   return s.client().Post("/v1/chat/completions", h, body, "application/json");
 }
 
+// Only the trusted header or a key of a more urgent class can make a request
+// urgent; without either, the engine bounds no prompt step for urgent
+// requests and the gate promotes no prompt.
+TEST(Classes, UrgentRequestsArePossibleOnlyThroughTheHeaderOrAKey) {
+  serve::ServerOptions o;
+  o.admission.classes = {{"sensor", 0}, {"chat", 0}};
+  o.default_class = "chat";
+  serve::resolve_classes(o);  // edgelm serve's defaults
+  EXPECT_EQ(o.admission.default_class, 1);
+  EXPECT_FALSE(o.admission.urgent_requests);
+  EngineOptions eo;
+  serve::keep_promise(o.admission, eo);
+  EXPECT_EQ(eo.urgent_classes, 0);
+
+  o.api_key_classes = {{"k1", "chat"}};  // a key of the default class
+  serve::resolve_classes(o);
+  EXPECT_FALSE(o.admission.urgent_requests);
+  o.api_key_classes.push_back({"k2", "sensor"});
+  serve::resolve_classes(o);
+  EXPECT_TRUE(o.admission.urgent_requests);
+  serve::keep_promise(o.admission, eo);
+  EXPECT_EQ(eo.urgent_classes, 1);
+
+  o.api_key_classes.clear();
+  o.class_header = true;
+  serve::resolve_classes(o);
+  EXPECT_TRUE(o.admission.urgent_requests);
+  o.default_class = "sensor";  // nothing is more urgent than the default
+  serve::resolve_classes(o);
+  EXPECT_EQ(o.admission.default_class, 0);
+  EXPECT_FALSE(o.admission.urgent_requests);
+}
+
 TEST(Classes, AReservedSlotIsKeptForTheSensors) {
   LiveServer s(two_classes(2, 1));
   auto chat = std::async(std::launch::async, [&] { return post(s, chat_body("long", 40, false)); });

@@ -93,6 +93,7 @@ struct LiveServer {
     eo.threads = 1;
     eo.min_step_seconds = o.step_ms / 1000.0;
     eo.min_token_seconds = o.token_ms / 1000.0;
+    serve::resolve_classes(o.server);  // as edgelm serve does before the engine exists
     serve::keep_promise(o.server.admission, eo);
     auto e = Engine::create(std::move(m).value(), std::move(tok).value(), *plan, eo);
     EXPECT_TRUE(e.ok()) << e.message();
