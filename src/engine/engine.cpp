@@ -126,7 +126,9 @@ int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const Engi
   // yet: a full step only if there is room at all.
   auto within = [&](double seconds) {
     const double room = seconds - m.predict(n_decode);
-    const double fit = m.b > 0 ? room / m.b : (room > 0 ? budget : 0);
+    // (A millionth of a token of tolerance: the banks are sums of step
+    // times, and an even bank may come out a rounding error below zero.)
+    const double fit = m.b > 0 ? room / m.b + 1e-6 : (room > 0 ? budget : 0);
     const int fits = static_cast<int>(std::clamp(fit, 0.0, static_cast<double>(budget)));
     budget = std::min(budget, std::max(o.min_prefill_chunk, fits));
   };
@@ -135,9 +137,11 @@ int prefill_budget(const StepModel& m, int n_decode, int step_tokens, const Engi
   // cost, and shorter ones would be mostly that on a larger model.
   if (bounded && o.urgent_wait_s > 0 && m.b > 0) within(std::max(o.urgent_wait_s, 4 * m.predict(1)));
   // The step may last its streams' allowance for one token, plus the time
-  // they have banked (slack).
+  // they have banked (slack). A stream behind its average (slack < 0: it
+  // lent against plain steps that prefill then took) is repaid: the step
+  // is shorter than the allowance by its debt, down to min_prefill_chunk.
   const double cap = token_allowance(m, o);
-  if (n_decode > 0 && std::isfinite(cap)) within(cap + std::max(slack, 0.0));
+  if (n_decode > 0 && std::isfinite(cap)) within(cap + slack);
   return budget;
 }
 

@@ -41,6 +41,13 @@ TEST(Ttft, PredictionCountsStepsAsTheEngineMakesThem) {
   // 16 tokens (0.056 s), then 8 a step again: 16 + 8 x 8.
   const std::vector<StreamAhead> banked = {{1, 1000, even - 0.017, 0}, {1, 1000, even - 0.017, 0}};
   EXPECT_NEAR(serve::predict_ttft(m, {}, 80, 0, banked, 64, eo), 0.056 + 8 * 0.04, 1e-9);
+  // In debt (0.008 s behind their average: they lent against plain steps
+  // that prefill then took), the streams are repaid first: a step of 4
+  // prompt tokens (0.032 s), then 8 a step: 4 + 9 x 8 + 4.
+  const std::vector<StreamAhead> debt = {{1, 1000, even + 0.008, 0}, {1, 1000, even + 0.008, 0}};
+  EXPECT_NEAR(serve::predict_ttft(m, {}, 80, 0, debt, 64, eo), 0.032 + 9 * 0.04 + 0.032, 1e-9);
+  EXPECT_EQ(prefill_budget(m, 2, 64, eo, -0.008), 4);
+  EXPECT_EQ(prefill_budget(m, 2, 64, eo, -1.0), eo.min_prefill_chunk) << "a deep debt: prompts still advance";
   // A cap the decoding streams already fill: at least min_prefill_chunk a step.
   eo.max_step_seconds = 0.01;
   const std::vector<StreamAhead> late = {{1, 1000, 0, 0}, {1, 1000, 0, 0}};
