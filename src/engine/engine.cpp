@@ -114,7 +114,7 @@ double token_allowance(const StepModel& m, const EngineOptions& o) {
   double cap = o.max_step_seconds > 0 ? o.max_step_seconds : std::numeric_limits<double>::infinity();
   // Planned at 85% of the promise: steps scatter around the fitted line
   // (measured p99 about 1.2x the fit under load), and the promise is a tail figure.
-  if (o.max_slowdown > 0 && m.predict(1) > 0) cap = std::min(cap, 0.85 * o.max_slowdown * m.predict(1));
+  if (o.max_slowdown > 0 && m.lone_step() > 0) cap = std::min(cap, 0.85 * o.max_slowdown * m.lone_step());
   return cap;
 }
 
@@ -171,7 +171,7 @@ void Engine::calibrate() {
     calib_[n == 1 ? 0 : 1] = {n, sec};
   }
   batch_.clear();
-  record_step(0, 0, 0, 0);  // fit from the calibration points alone
+  record_step(0, 0, 0, 0, true);  // fit from the calibration points alone
 }
 
 void Engine::start() {
@@ -579,11 +579,39 @@ EngineStats Engine::stats() const {
   return s;
 }
 
-void Engine::record_step(int tokens, int decode_tokens, int prefill_tokens, double seconds) {
+namespace {
+
+// Least-squares fit of seconds = a + b * tokens over the calibration points
+// (weight 2: they keep the fit defined when every recent step had the same
+// size) and a ring of recent steps; `keep` when the fit is not defined.
+template <class Sample>
+StepModel fit_steps(const Sample (&calib)[2], const Sample* ring, int n, uint64_t count, const StepModel& keep) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  auto add = [&](const Sample& p, double w) {
+    if (p.tokens <= 0) return;
+    sw += w;
+    sx += w * p.tokens;
+    sy += w * p.seconds;
+    sxx += w * p.tokens * p.tokens;
+    sxy += w * p.tokens * p.seconds;
+  };
+  for (const Sample& c : calib) add(c, 2.0);
+  for (int i = 0; i < n; ++i) add(ring[i], 1.0);
+  const double den = sw * sxx - sx * sx;
+  if (sw <= 0 || den <= 1e-12) return keep;
+  const double b = std::max((sw * sxy - sx * sy) / den, 0.0);
+  const double a = std::max((sy - b * sx) / sw, 0.0);
+  return {a, b, count};
+}
+
+}  // namespace
+
+void Engine::record_step(int tokens, int decode_tokens, int prefill_tokens, double seconds, bool alone) {
   std::lock_guard<std::mutex> lk(stats_mu_);
   if (tokens > 0) {
     samples_[n_samples_ % kSamples] = {tokens, seconds};
     ++n_samples_;
+    if (alone) idle_samples_[n_idle_++ % kSamples] = {tokens, seconds};
     stats_.steps++;
     if (prefill_tokens == 0) {
       stats_.decode_seconds += seconds;
@@ -597,27 +625,13 @@ void Engine::record_step(int tokens, int decode_tokens, int prefill_tokens, doub
     stats_.generated_tokens += static_cast<uint64_t>(decode_tokens);
     stats_.prompt_tokens += static_cast<uint64_t>(prefill_tokens);
   }
-  // Least-squares fit of seconds = a + b * tokens over the recent steps and
-  // the two calibration points (which keep the fit defined when every recent
-  // step had the same size).
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  auto add = [&](const StepSample& p, double w) {
-    if (p.tokens <= 0) return;
-    sw += w;
-    sx += w * p.tokens;
-    sy += w * p.seconds;
-    sxx += w * p.tokens * p.tokens;
-    sxy += w * p.tokens * p.seconds;
-  };
-  for (const StepSample& c : calib_) add(c, 2.0);
-  for (int i = 0; i < std::min(n_samples_, kSamples); ++i) add(samples_[i], 1.0);
-  const double den = sw * sxx - sx * sx;
-  if (sw > 0 && den > 1e-12) {
-    double b = (sw * sxy - sx * sy) / den;
-    b = std::max(b, 0.0);
-    double a = std::max((sy - b * sx) / sw, 0.0);
-    stats_.step_model = {a, b, static_cast<uint64_t>(n_samples_)};
-  }
+  stats_.step_model = fit_steps(calib_, samples_, std::min(n_samples_, kSamples),
+                                static_cast<uint64_t>(n_samples_), stats_.step_model);
+  stats_.idle_model = fit_steps(calib_, idle_samples_, std::min(n_idle_, kSamples),
+                                static_cast<uint64_t>(n_idle_), stats_.idle_model);
+  // Both promise against the idle one-token step.
+  stats_.idle_model.lone = stats_.idle_model.predict(1);
+  stats_.step_model.lone = stats_.idle_model.lone;
 }
 
 bool Engine::step_once() {
@@ -718,6 +732,7 @@ bool Engine::step_once() {
   }
   if (batch_.empty()) return false;
 
+  const int busy = active_slots();  // 1: this step is what a request alone sees
   const auto t0 = Clock::now();
   step_end_.store((t0 + clock_span(m.predict(static_cast<int>(batch_.size())))).time_since_epoch().count(),
                   std::memory_order_relaxed);
@@ -781,7 +796,8 @@ bool Engine::step_once() {
   }
   // Copying rows is part of what this step cost.
   const double sec = std::chrono::duration<double>(Clock::now() - t0).count() + copy_seconds;
-  record_step(static_cast<int>(batch_.size()), n_decode + (static_cast<int>(batch_slot_.size()) - n_decode), n_prefill, sec);
+  record_step(static_cast<int>(batch_.size()), n_decode + (static_cast<int>(batch_slot_.size()) - n_decode), n_prefill, sec,
+              busy <= 1);
   spdlog::debug("step decode={} prefill={} slack_ms={:.1f} predicted_ms={:.1f} took_ms={:.1f}", n_decode, n_prefill,
                 1e3 * std::min(slack, 1e6), 1e3 * m.predict(static_cast<int>(batch_.size())), 1e3 * sec);
   return true;

@@ -131,7 +131,13 @@ struct StepModel {
   double a = 0;         // fixed cost of a step (reading the weights)
   double b = 0;         // cost per token
   uint64_t samples = 0;
+  // A lone stream's step on an idle server (EngineStats::idle_model's
+  // one-token step), the yardstick of the per-token promise; 0: predict(1).
+  // Under load the fit drifts up (the cores and the memory are shared with
+  // the HTTP side), and a promise relative to it would drift with it.
+  double lone = 0;
   double predict(int tokens) const { return a + b * tokens; }
+  double lone_step() const { return lone > 0 ? lone : predict(1); }
 };
 
 // The prompt a step serves first, as the prefill rules see it: its class,
@@ -210,6 +216,11 @@ struct EngineStats {
   double decode_rate = 0;   // smoothed tokens/s per stream in recent decode steps
   double prefill_rate = 0;  // smoothed prompt tokens/s
   StepModel step_model;
+  // The same fit over the steps taken while at most one slot was busy (and
+  // the calibration steps): what a request alone on the server sees, the
+  // yardstick of the first-token and per-token promises. Under sustained
+  // load it keeps the last idle figures.
+  StepModel idle_model;
   int active = 0;  // slots not free
 };
 
@@ -430,7 +441,8 @@ class Engine {
   bool wake_ = false;  // set on submit/cancel/stop; the idle engine waits for it
   void wake();
   void calibrate();
-  void record_step(int tokens, int decode_tokens, int prefill_tokens, double seconds);
+  // `alone`: at most one slot was busy (the step also counts for idle_model).
+  void record_step(int tokens, int decode_tokens, int prefill_tokens, double seconds, bool alone);
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
@@ -442,6 +454,8 @@ class Engine {
   static constexpr int kSamples = 64;
   StepSample samples_[kSamples] = {};
   int n_samples_ = 0;
+  StepSample idle_samples_[kSamples] = {};  // the steps taken alone
+  int n_idle_ = 0;
   StepSample calib_[2] = {};
 };
 

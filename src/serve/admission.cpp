@@ -34,7 +34,7 @@ double predicted_stream_rate(const StepModel& m, int streams) {
 
 double stream_rate_floor(const AdmissionOptions& o, const StepModel& m) {
   double floor = o.min_stream_rate;
-  if (o.max_slowdown > 0 && m.predict(1) > 0) floor = std::max(floor, predicted_stream_rate(m, 1) / o.max_slowdown);
+  if (o.max_slowdown > 0 && m.lone_step() > 0) floor = std::max(floor, 1.0 / m.lone_step() / o.max_slowdown);
   return floor;
 }
 
@@ -318,7 +318,8 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     const int steps = engine_.plan().step_tokens;
     d.predicted_ttft =
         running + predict_ttft(st.step_model, ahead_prompts_, compute, ask.cls, streams_, steps, eo, &sim_streams_);
-    d.unloaded_ttft = predict_ttft(st.step_model, {}, compute, ask.cls, {}, steps, eo, &sim_streams_);
+    // Unloaded: as on an idle server, by the steps taken alone.
+    d.unloaded_ttft = predict_ttft(st.idle_model, {}, compute, ask.cls, {}, steps, eo, &sim_streams_);
     // The promise: max_ttft_slowdown x the unloaded time, the step running
     // now included (the prediction counts it). A prompt with almost nothing
     // to compute (copied from another slot) is held to the time per token
@@ -388,7 +389,7 @@ double Admission::latest_start_locked(const Ask& ask) const {
   const EngineStats st = engine_.stats();
   const int compute = std::max(static_cast<int>(ask.prompt.size()), 1);
   const double unloaded =
-      predict_ttft(st.step_model, {}, compute, ask.cls, {}, engine_.plan().step_tokens, engine_.options());
+      predict_ttft(st.idle_model, {}, compute, ask.cls, {}, engine_.plan().step_tokens, engine_.options());
   double promise = std::numeric_limits<double>::infinity();
   if (o_.max_ttft_slowdown > 0) promise = o_.max_ttft_slowdown * unloaded;
   if (o_.max_ttft_s > 0) promise = std::min(promise, o_.max_ttft_s);

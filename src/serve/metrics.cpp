@@ -101,6 +101,9 @@ std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a
   gauge("edgelm_prefill_tokens_per_second", "Smoothed prompt tokens/s in prefill steps.", st.prefill_rate);
   gauge("edgelm_step_fixed_seconds", "Fitted fixed cost of a step (a in a + b * tokens).", st.step_model.a);
   gauge("edgelm_step_per_token_seconds", "Fitted cost per token in a step (b in a + b * tokens).", st.step_model.b);
+  gauge("edgelm_idle_step_fixed_seconds",
+        "The same fit over the steps taken with at most one slot busy: the promises' yardstick.", st.idle_model.a);
+  gauge("edgelm_idle_step_per_token_seconds", "Cost per token of that fit.", st.idle_model.b);
   m.ttft.render(o, "edgelm_time_to_first_token_seconds", "Time from request to first generated token.");
   m.predicted_ttft.render(o, "edgelm_predicted_time_to_first_token_seconds",
                           "The gate's predicted time to first token of each admitted request.");

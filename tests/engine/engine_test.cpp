@@ -179,6 +179,35 @@ TEST(Engine, ConcurrentSlotsMatchSolo) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i], solo[i]) << "request " << i;
 }
 
+// The idle fit (the promises' yardstick) learns only from steps taken with
+// at most one slot busy; the step fit learns from every step.
+TEST(Engine, TheIdleStepFitCountsOnlyStepsTakenAlone) {
+  auto path = synth_model("tiny-qwen2", "Q8_0");
+  auto e = make_engine(path, 4, 128);
+  ASSERT_TRUE(e);
+  GenerateParams p = greedy(16);
+  p.ignore_eos = true;
+  const EngineStats s0 = e->stats();
+  generate(*e, {1, 5, 9}, p);  // alone: every step counts for both
+  const EngineStats s1 = e->stats();
+  EXPECT_GT(s1.step_model.samples, s0.step_model.samples);
+  EXPECT_EQ(s1.idle_model.samples - s0.idle_model.samples, s1.step_model.samples - s0.step_model.samples);
+  EXPECT_DOUBLE_EQ(s1.step_model.lone, s1.idle_model.predict(1)) << "both promise against the idle one-token step";
+  // Four at once, started before the engine may run them: most steps have
+  // several slots busy.
+  std::vector<SlotRef> refs;
+  for (int i = 0; i < 4; ++i) refs.push_back(e->try_acquire());
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] { generate(*e, {1, 7, static_cast<int32_t>(20 + i)}, p, nullptr, refs[static_cast<size_t>(i)]); });
+  for (auto& t : threads) t.join();
+  const EngineStats s2 = e->stats();
+  const uint64_t all = s2.step_model.samples - s1.step_model.samples;
+  const uint64_t alone = s2.idle_model.samples - s1.idle_model.samples;
+  EXPECT_GE(all, 16u);
+  EXPECT_LT(alone, all / 2) << "steps with four slots busy counted as taken alone";
+}
+
 // Each worker thread owns a slice of the planned attention scratch.
 TEST(Engine, MoreThreadsThanThePlanHasScratchForIsAnError) {
   auto m = Model::load(synth_model("tiny-llama", "Q8_0"));
