@@ -282,7 +282,8 @@ void add_serve_command(CLI::App& app) {
                 "\"preempted\") and takes its slot");
   cmd->add_option_function<double>(
          "--urgent-wait-ms", [&s](double ms) { s.admission.urgent_wait_s = ms / 1000; },
-         "With classes before --default-class: how long a step that computes a less urgent prompt may last (an "
+         "When urgent requests can arrive (--class-header, or an API key of a class before --default-class): how "
+         "long a step that computes a less urgent prompt may last (an "
          "urgent request arriving meanwhile waits at most this long for it; never less than four one-token "
          "steps); 0: no limit")
       ->default_str("100")
