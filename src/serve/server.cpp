@@ -272,6 +272,11 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   ask.reuse = o.prompt_cache && r.cache_prompt;
   const Decision d = adm.admit(ask, ref, [&] { return watch.gone(); });
   if (!d.ok()) return refuse(res, d, t0, id, class_name(cls));
+  // Admitted: from here the worker hands the prompt to the engine and
+  // writes each token the engine makes, a little work that the client's
+  // latency waits on. At --http-nice it would queue behind the engine's
+  // busy cores; a flood's parsing and refusals stay below them.
+  set_thread_urgent(true);
   // The slot is ours: every way out of this function gives it back, until
   // the stream takes it over.
   struct Held {

@@ -7,7 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <string>
+
+#include "server_fixture.h"
 
 namespace edgelm::serve {
 namespace {
@@ -70,6 +75,59 @@ TEST(HttpPool, AnUrgentRequestRunsAtTheEnginesPriority) {
   pool.shutdown();
   EXPECT_TRUE(set_thread_urgent(true)) << "a thread outside a pool is left alone";
   EXPECT_EQ(thread_nice(), own);
+}
+
+// Threads of this process whose nice is `nice` (/proc/self/task/*/stat,
+// field 19).
+int threads_at_nice(int nice) {
+  int n = 0;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream f(t.path() / "stat");
+    std::string line;
+    std::getline(f, line);
+    const size_t close = line.rfind(')');  // the command name may hold spaces
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && rest >> field; ++i) {
+      if (i == 19 && std::stoi(field) == nice) ++n;
+    }
+  }
+  return n;
+}
+
+// Once admitted, a request of the default class is served at the engine's
+// priority too (its worker writes the tokens the engine makes); before, the
+// worker runs at --http-nice.
+TEST(HttpPool, AnAdmittedRequestIsStreamedAtTheEnginesPriority) {
+  const int own = thread_nice();
+  if (own > 19 - 10) GTEST_SKIP() << "this process already runs at nice " << own;
+  test::LiveServer::Options o;
+  o.slots = 1;
+  o.step_ms = 20;  // 60 tokens: over a second of streaming
+  test::LiveServer s(o);
+  {
+    WorkerPool probe(1, 1, 10);
+    std::promise<bool> raised;
+    auto f = raised.get_future();
+    probe.enqueue([&raised] { raised.set_value(set_thread_urgent(true)); });
+    if (!f.get()) GTEST_SKIP() << "this process may not raise a thread's priority (not root, no CAP_SYS_NICE)";
+  }
+  // A first request, so every worker thread has started and lowered itself.
+  auto first = s.client().Post("/v1/chat/completions", test::chat_body("hi", 2, false), "application/json");
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(s.wait_idle());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its worker lowers itself for the next job
+  const int idle = threads_at_nice(own + 10);
+  ASSERT_GT(idle, 1) << "the server's HTTP workers run at --http-nice 10";
+  auto reply = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/chat/completions", test::chat_body("hello there", 60, true), "application/json");
+  });
+  ASSERT_TRUE(test::wait_until([&] { return s.engine->stats().generated_tokens > 2; }, 10));
+  EXPECT_EQ(threads_at_nice(own + 10), idle - 1) << "the streaming worker still runs at --http-nice";
+  auto r = reply.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
 }
 
 }  // namespace
