@@ -93,8 +93,8 @@ void WorkerPool::loop(std::deque<std::function<void()>>& q, bool refusing) {
       fn = std::move(q.front());
       q.pop_front();
     }
-    set_thread_urgent(false);  // whatever the last connection's requests were
     fn();  // serves the connection until it closes
+    set_thread_urgent(false);  // whatever its requests were: an idle worker waits lowered
     if (!refusing) {
       std::lock_guard<std::mutex> lk(mu_);
       --open_;

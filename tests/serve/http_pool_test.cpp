@@ -71,7 +71,7 @@ TEST(HttpPool, AnUrgentRequestRunsAtTheEnginesPriority) {
   EXPECT_EQ(urgent, own);
   EXPECT_EQ(after, own + 5);
   pool.enqueue([] { set_thread_urgent(true); });  // left raised by a job...
-  EXPECT_EQ(nice_of_a_job(pool), own + 5) << "...and lowered before the next one";
+  EXPECT_EQ(nice_of_a_job(pool), own + 5) << "...and lowered when it ends";
   pool.shutdown();
   EXPECT_TRUE(set_thread_urgent(true)) << "a thread outside a pool is left alone";
   EXPECT_EQ(thread_nice(), own);
@@ -117,7 +117,7 @@ TEST(HttpPool, AnAdmittedRequestIsStreamedAtTheEnginesPriority) {
   auto first = s.client().Post("/v1/chat/completions", test::chat_body("hi", 2, false), "application/json");
   ASSERT_TRUE(first);
   ASSERT_TRUE(s.wait_idle());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its worker lowers itself for the next job
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its connection closed: its worker is lowered
   const int idle = threads_at_nice(own + 10);
   ASSERT_GT(idle, 1) << "the server's HTTP workers run at --http-nice 10";
   auto reply = std::async(std::launch::async, [&] {
