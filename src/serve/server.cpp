@@ -162,7 +162,7 @@ void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time
 int Server::Impl::class_index(std::string_view name) const { return serve::class_index(adm.options().classes, name); }
 
 int Server::Impl::class_of(const httplib::Request& req) const {
-  const int dflt = std::max(class_index(o.default_class), 0);
+  const int dflt = adm.options().default_class;  // resolved once (resolve_classes)
   const std::string auth = req.get_header_value("Authorization");
   for (const auto& [key, cls] : o.api_key_classes)
     if (auth == "Bearer " + key) return std::max(class_index(cls), 0);
