@@ -265,6 +265,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-ttft", s.admission.max_ttft_s,
                   "Admit a request only if its predicted time to first token is at most this many seconds (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--ttft-margin-max", s.admission.ttft_margin_max,
+                  "The gate plans first tokens with a margin: the largest measured/predicted ratio of the last 32 "
+                  "admitted requests, at least 1.15 and at most F (1.15: a fixed margin)")
+      ->capture_default_str()->check(CLI::Range(1.0, 10.0));
   cmd->add_option("--truncate", f->truncate, "Prompts longer than a slot: keep-end, keep-start, none (400)")->capture_default_str();
   cmd->add_option("--classes", f->classes,
                   "Priority classes, most urgent first, comma separated (a request's class: --api-key-class, "

@@ -123,7 +123,8 @@ Admission::Admission(Engine& engine, const AdmissionOptions& o)
       reserved_compute_(static_cast<size_t>(engine.n_slots()), 0),
       reserved_max_tokens_(static_cast<size_t>(engine.n_slots()), 0),
       slot_class_(static_cast<size_t>(engine.n_slots()), 0),
-      states_(static_cast<size_t>(engine.n_slots()), Engine::SlotState::Free) {
+      states_(static_cast<size_t>(engine.n_slots()), Engine::SlotState::Free),
+      spread_(o.ttft_margin, o.ttft_margin_max) {
   if (o_.classes.empty()) o_.classes.push_back({"chat", 0});
   held_.resize(o_.classes.size());
   promoted_.resize(static_cast<size_t>(engine.n_slots()));
@@ -328,7 +329,8 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     const double allowance = token_allowance(st.step_model, eo);
     const double floor = std::isfinite(allowance) ? allowance : 0;
     d.promised_ttft = o_.max_ttft_slowdown * std::max(d.unloaded_ttft, floor);
-    const double planned = o_.ttft_margin * d.predicted_ttft;
+    d.margin = spread_.margin();
+    const double planned = d.margin * d.predicted_ttft;
     const bool too_slow = (o_.max_ttft_slowdown > 0 && planned > d.promised_ttft) ||
                           (o_.max_ttft_s > 0 && planned > o_.max_ttft_s);
     // An idle server starts a request as soon as it can: nothing would do better.
@@ -394,7 +396,30 @@ double Admission::latest_start_locked(const Ask& ask) const {
   if (o_.max_ttft_slowdown > 0) promise = o_.max_ttft_slowdown * unloaded;
   if (o_.max_ttft_s > 0) promise = std::min(promise, o_.max_ttft_s);
   if (!std::isfinite(promise)) return o_.queue_timeout_s;
-  return promise / o_.ttft_margin - unloaded;
+  return promise / spread_.margin() - unloaded;
+}
+
+void TtftSpread::observe(double predicted_s, double measured_s) {
+  if (!(predicted_s >= kMinPredicted) || !std::isfinite(measured_s) || measured_s < 0) return;
+  ratio_[static_cast<size_t>(next_)] = measured_s / predicted_s;
+  next_ = (next_ + 1) % kWindow;
+  n_ = std::min(n_ + 1, kWindow);
+}
+
+double TtftSpread::margin() const {
+  double m = floor_;
+  for (int i = 0; i < n_; ++i) m = std::max(m, ratio_[static_cast<size_t>(i)]);
+  return std::min(m, cap_);
+}
+
+void Admission::observe_ttft(double predicted_s, double measured_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  spread_.observe(predicted_s, measured_s);
+}
+
+double Admission::ttft_margin() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return spread_.margin();
 }
 
 double Admission::kth_free_locked(int k) {

@@ -20,6 +20,8 @@
 // checks are run again for it), never to a newcomer that arrived later.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -80,11 +82,15 @@ struct AdmissionOptions {
   // most max_ttft_slowdown x the predicted unloaded time of the prompt
   // tokens it must compute, or of one token's allowance of the decoding
   // streams when that is longer (0: off), and at most max_ttft_s seconds
-  // (0: off). Checked with a margin (ttft_margin x the prediction): the
-  // promise is a tail figure.
+  // (0: off). Checked with a margin (the prediction times the margin): the
+  // promise is a tail figure. The margin is the largest measured / predicted
+  // ratio among the last kSpreadWindow admitted requests' first tokens, at
+  // least ttft_margin and at most ttft_margin_max: while predictions run
+  // short (a busy machine, a flood to parse), the gate plans for it.
   double max_ttft_slowdown = 3.0;
   double max_ttft_s = 0;
   double ttft_margin = 1.15;
+  double ttft_margin_max = 2.0;
 };
 
 struct Decision {
@@ -100,6 +106,7 @@ struct Decision {
   double predicted_ttft = 0;  // seconds to the first token, waiting included
   double unloaded_ttft = 0;   // the same on an idle server
   double promised_ttft = 0;   // the most the first-token promise allows it
+  double margin = 0;          // the margin the gate planned with (AdmissionOptions::ttft_margin)
   // Seconds after submission at which the engine promotes its prompt if it
   // is still waiting (GenerateParams::promote_after_s); 0: never.
   double promote_after_s = 0;
@@ -169,6 +176,25 @@ double predict_ttft(const StepModel& m, std::span<const PromptAhead> ahead, int 
 // remaining tokens at the measured per-stream rate, rounded up, at least 1.
 int retry_after_seconds(int min_remaining_tokens, double per_stream_rate);
 
+// The margin of the first-token promise: how far measured first tokens
+// have strayed above their predictions. Keeps the measured / predicted
+// ratio of the last kWindow requests; the margin is the largest of them,
+// at least `floor` and at most `cap`. Predictions under kMinPredicted
+// seconds are not counted (a step's own length dwarfs them). No allocation.
+class TtftSpread {
+ public:
+  static constexpr int kWindow = 32;
+  static constexpr double kMinPredicted = 0.05;
+  TtftSpread(double floor, double cap) : floor_(floor), cap_(std::max(floor, cap)) {}
+  void observe(double predicted_s, double measured_s);
+  double margin() const;
+
+ private:
+  double floor_, cap_;
+  std::array<double, kWindow> ratio_{};
+  int n_ = 0, next_ = 0;
+};
+
 class Admission {
  public:
   Admission(Engine& engine, const AdmissionOptions& o);
@@ -203,6 +229,12 @@ class Admission {
   bool memory_pressure() const { return pressure_.load(); }
   int queued() const { return queued_.load(); }
   const AdmissionOptions& options() const { return o_; }
+
+  // A request's first token came `measured_s` after the decision that
+  // predicted it in `predicted_s`: the margin learns from it (TtftSpread).
+  void observe_ttft(double predicted_s, double measured_s);
+  // The margin the next decision plans with.
+  double ttft_margin() const;
 
  private:
   struct Waiter {
@@ -265,6 +297,7 @@ class Admission {
   double kth_free_locked(int k);
   std::vector<double> free_in_;  // scratch of kth_free_locked (capacity n_slots)
   Decision admit_waiting(const Ask& ask, SlotRef& out, const std::function<bool()>& gone);
+  TtftSpread spread_;  // under mu_
   std::atomic<bool> draining_{false};
   std::atomic<bool> pressure_{false};
   std::atomic<int> queued_{0};

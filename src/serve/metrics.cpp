@@ -60,6 +60,10 @@ std::string render_metrics(const Metrics& m, const Engine& e, const Admission& a
   gauge("edgelm_slots_total", "Slots allocated at start-up.", e.n_slots());
   gauge("edgelm_slots_busy", "Slots holding a request.", st.active);
   gauge("edgelm_queue_depth", "Requests waiting for a slot.", a.queued());
+  gauge("edgelm_ttft_margin",
+        "What the gate multiplies a first-token prediction by before holding it to the promise: the largest "
+        "measured/predicted ratio of recent requests, within --ttft-margin-max.",
+        a.ttft_margin());
   gauge("edgelm_draining", "1 after SIGTERM while running requests finish.", a.draining() ? 1 : 0);
   gauge("edgelm_memory_pressure", "1 while the cgroup or system reports memory pressure.", a.memory_pressure() ? 1 : 0);
   gauge("edgelm_open_connections", "HTTP connections being served.", open_connections);

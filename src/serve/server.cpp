@@ -272,6 +272,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   ask.reuse = o.prompt_cache && r.cache_prompt;
   const Decision d = adm.admit(ask, ref, [&] { return watch.gone(); });
   if (!d.ok()) return refuse(res, d, t0, id, class_name(cls));
+  const auto t_admitted = std::chrono::steady_clock::now();
   // Admitted: from here the worker hands the prompt to the engine and
   // writes each token the engine makes, a little work that the client's
   // latency waits on. At --http-nice it would queue behind the engine's
@@ -300,11 +301,11 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   metrics.prompt_tokens_dropped.fetch_add(static_cast<uint64_t>(prompt.dropped));
   spdlog::info(
       "admit accept req={} class={} slot={} active={}/{} prompt={} cached={} copy={} dropped={} max_tokens={} stream={} "
-      "waited={} preempted={} ttft_pred_ms={:.0f} ttft_unloaded_ms={:.0f}",
+      "waited={} preempted={} ttft_pred_ms={:.0f} ttft_unloaded_ms={:.0f} margin={:.2f}",
       id, class_name(cls), ref.slot, engine.active_slots(), engine.n_slots(), n_prompt, d.reuse,
       d.copy_from == -1 ? std::string("none") : fmt::format("{}:{}", d.copy_from == kPinnedPrefix ? std::string("pinned") : fmt::format("slot{}", d.copy_from), d.copied),
       prompt.dropped, gp.max_tokens, r.stream,
-      d.waited, d.preempted, 1000 * d.predicted_ttft, 1000 * d.unloaded_ttft);
+      d.waited, d.preempted, 1000 * d.predicted_ttft, 1000 * d.unloaded_ttft, d.margin);
 
   StreamSpec sp;
   sp.id = id;
@@ -318,6 +319,8 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   sp.dropped = prompt.dropped;
   sp.stops = std::move(r.stop);
   sp.t0 = t0;
+  sp.t_admitted = t_admitted;
+  sp.predicted_ttft = d.predicted_ttft;
   sp.output = std::move(output);
   held.passed = true;
   stream_response(res, StreamDeps{engine, adm, metrics, o.heartbeat_ms}, std::move(sp), ref);

@@ -139,6 +139,8 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
           s->note_cached();
           s->t_first = now;
           m.ttft.observe(std::chrono::duration<double>(now - sp.t0).count());
+          s->deps.admission.observe_ttft(sp.predicted_ttft,
+                                         std::chrono::duration<double>(now - sp.t_admitted).count());
         }
         s->t_last = now;
         const int32_t tok_id = e.output_token(slot, s->seen);

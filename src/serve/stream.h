@@ -32,6 +32,10 @@ struct StreamSpec {
   int dropped = 0;
   std::vector<std::string> stops;
   std::chrono::steady_clock::time_point t0;  // when the request arrived
+  // When the gate admitted it, predicting its first token predicted_ttft
+  // seconds later (Admission::observe_ttft learns from the two).
+  std::chrono::steady_clock::time_point t_admitted;
+  double predicted_ttft = 0;
   // Chat with tools or thinking: how the answer is split into content,
   // reasoning_content and tool_calls (chat_output.h); nullopt: plain content.
   std::optional<OutputOptions> output;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace edgelm::serve {
 namespace {
 
@@ -49,6 +51,31 @@ TEST(Admission, SlowdownBoundsTheStreamCount) {
   const double floor = stream_rate_floor(o, m);
   EXPECT_GE(predicted_stream_rate(m, 6), floor - 1e-9);
   EXPECT_LT(predicted_stream_rate(m, 7), floor);
+}
+
+// The first-token margin is the largest recent measured / predicted
+// ratio, between its floor and its cap, and forgets after a window.
+TEST(Admission, TheTtftMarginFollowsMeasuredOverPredicted) {
+  TtftSpread m(1.15, 2.0);
+  EXPECT_DOUBLE_EQ(m.margin(), 1.15) << "nothing measured: the floor";
+  m.observe(1.0, 0.8);
+  EXPECT_DOUBLE_EQ(m.margin(), 1.15) << "a fast first token never lowers it below the floor";
+  m.observe(0.5, 0.7);
+  EXPECT_DOUBLE_EQ(m.margin(), 1.4);
+  m.observe(1.0, 1.2);
+  EXPECT_DOUBLE_EQ(m.margin(), 1.4) << "the largest ratio, not the latest";
+  m.observe(0.2, 1.0);
+  EXPECT_DOUBLE_EQ(m.margin(), 2.0) << "at most the cap";
+  m.observe(0.01, 1.0);  // under kMinPredicted: a step's length, not a misprediction
+  m.observe(-1.0, 1.0);
+  m.observe(1.0, std::numeric_limits<double>::infinity());
+  for (int i = 0; i < TtftSpread::kWindow - 1; ++i) m.observe(1.0, 1.0);
+  EXPECT_DOUBLE_EQ(m.margin(), 2.0) << "the 5x ratio is still among the last kWindow";
+  m.observe(1.0, 1.0);
+  EXPECT_DOUBLE_EQ(m.margin(), 1.15) << "forgotten once kWindow newer ones came";
+  TtftSpread fixed(1.15, 1.0);  // a cap under the floor: a fixed margin
+  fixed.observe(1.0, 3.0);
+  EXPECT_DOUBLE_EQ(fixed.margin(), 1.15);
 }
 
 // The engine's step cap comes from the same options as the gate's floor.

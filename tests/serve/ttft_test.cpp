@@ -263,5 +263,50 @@ TEST(Ttft, ABurstIsPredictedStepByStep) {
   EXPECT_TRUE(s.wait_idle(20));
 }
 
+// The gate plans with the spread it has measured: one first token that
+// came at 10x its prediction makes the gate refuse a request it admitted
+// just before under the same load, and the margin returns to its floor
+// once kWindow well-predicted requests have followed.
+TEST(Ttft, TheGatePlansWithTheSpreadItMeasured) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "timing: a sanitizer slows the engine's own work beside the padded steps; the plain build runs it";
+#endif
+  LiveServer::Options o = padded_gate(20, 2);
+  o.server.admission.ttft_margin_max = 10;
+  LiveServer s(o);
+  serve::Admission& adm = s.server->admission();
+  std::string prompt;
+  for (int i = 0; i < 9; ++i) prompt += "lorem ipsum ";
+  const Streamed alone = stream(s, prompt, 1);
+  ASSERT_EQ(alone.status, 200);
+  ASSERT_TRUE(s.wait_idle());
+  // Its own ratio, within the 25% the prediction is held to.
+  EXPECT_GE(adm.ttft_margin(), 1.15);
+  EXPECT_LE(adm.ttft_margin(), 1.5);
+  // One long stream running: a short prompt's prediction is close to its
+  // unloaded time, well inside 3x.
+  auto longer = std::async(std::launch::async, [&] { return stream(s, "L " + prompt, 150); });
+  const auto t_wait = Clock::now() + std::chrono::seconds(10);
+  while (s.engine->active_slots() == 0 && Clock::now() < t_wait) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const Streamed a = stream(s, "A " + prompt, 1);
+  EXPECT_EQ(a.status, 200) << "with the margin at " << adm.ttft_margin();
+  const auto ttft_refusals = [&] {
+    return s.server->metrics().rejections[static_cast<size_t>(serve::Reason::Ttft)].load();
+  };
+  const uint64_t refused_before = ttft_refusals();
+  adm.observe_ttft(1.0, 10.0);
+  EXPECT_DOUBLE_EQ(adm.ttft_margin(), 10.0);
+  const Streamed b = stream(s, "B " + prompt, 1);
+  EXPECT_EQ(b.status, 429);
+  EXPECT_EQ(ttft_refusals(), refused_before + 1);
+  for (int i = 0; i < serve::TtftSpread::kWindow; ++i) adm.observe_ttft(1.0, 1.0);
+  EXPECT_DOUBLE_EQ(adm.ttft_margin(), 1.15);
+  const Streamed c = stream(s, "C " + prompt, 1);
+  EXPECT_EQ(c.status, 200);
+  EXPECT_EQ(longer.get().status, 200);
+  EXPECT_TRUE(s.wait_idle(20));
+}
+
 }  // namespace
 }  // namespace edgelm
