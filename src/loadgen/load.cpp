@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "core/sched.h"
 #include "loadgen/request_body.h"
 #include "loadgen/response_parse.h"
 #include "loadgen/sse_parser.h"
@@ -228,6 +229,7 @@ void closed_loop(const Shared& sh, int clients, Recorder& rec) {
   threads.reserve(static_cast<size_t>(clients));
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&] {
+      request_short_slice();  // as a remote client would, it does not wait on the server's cores
       auto cli = make_client(sh.target, sh.o.timeout_s, /*keep_alive=*/true);
       for (auto now = Clock::now(); now < stop_at; now = Clock::now()) {
         const uint64_t i = next_index.fetch_add(1);
@@ -250,6 +252,7 @@ void conversations(const Shared& sh, int clients, Recorder& rec) {
   threads.reserve(static_cast<size_t>(clients));
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&] {
+      request_short_slice();  // as a remote client would, it does not wait on the server's cores
       auto cli = make_client(sh.target, sh.o.timeout_s, /*keep_alive=*/true);
       std::vector<std::string> history;
       int turn = 0;
@@ -289,6 +292,7 @@ void conversations(const Shared& sh, int clients, Recorder& rec) {
 // Open loop: this thread draws exponential gaps and hands each arrival to an
 // idle worker; workers are started as needed, up to `cap`.
 uint64_t open_loop(const Shared& sh, int cap, Recorder& rec) {
+  request_short_slice();  // arrivals on time, not after a server thread's slice
   struct Job {
     uint64_t index;
     Clock::time_point due;
@@ -301,6 +305,7 @@ uint64_t open_loop(const Shared& sh, int cap, Recorder& rec) {
   std::vector<std::thread> workers;
   workers.reserve(static_cast<size_t>(cap));
   auto worker = [&] {
+    request_short_slice();  // as a remote client would, it does not wait on the server's cores
     std::unique_lock lock(mu);
     for (;;) {
       cv.wait(lock, [&] { return finished || !jobs.empty(); });

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/sched.h"
+
 namespace edgelm::serve {
 
 namespace {
@@ -84,6 +86,9 @@ int WorkerPool::open() const {
 void WorkerPool::loop(std::deque<std::function<void()>>& q, bool refusing) {
   t_over_capacity = refusing;
   lower_thread_priority(nice_);
+  // Each job is small and a client waits on it: wake ahead of the engine's
+  // threads rather than after their slice.
+  request_short_slice();
   for (;;) {
     std::function<void()> fn;
     {

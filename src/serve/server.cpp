@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "constrain/json_constraint.h"
+#include "core/sched.h"
 #include "core/sysmem.h"
 #include "serve/chat_answer.h"
 #include "serve/http_pool.h"
@@ -577,6 +578,7 @@ Status Server::bind() {
 
 void Server::run() {
   impl_->monitor = std::thread([this] { impl_->watch_memory(); });
+  request_short_slice();  // this thread accepts every connection
   impl_->http.listen_after_bind();
   impl_->stopping.store(true);
   impl_->stop_cv.notify_all();

@@ -269,6 +269,28 @@ TEST(Load, ClosedLoopCountsAndTimings) {
   EXPECT_EQ(static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n')), r->records.size() + 1);
 }
 
+// A 429's latency counts from its scheduled arrival; "from send" takes
+// away the load generator's own lag behind that schedule, which a client on
+// another machine would not add.
+TEST(Load, RefusalLatencyFromSendLeavesOutTheGeneratorsLag) {
+  LoadResult r;
+  r.wall_s = 1;
+  for (int i = 0; i < 4; ++i) {
+    RequestRecord x;
+    x.index = static_cast<uint64_t>(i);
+    x.status = 429;
+    x.error = "slots";
+    x.lag_s = i == 3 ? 0.030 : 0.0;
+    x.latency_s = 0.002 + x.lag_s;
+    r.records.push_back(x);
+  }
+  const auto j = report_json(r);
+  EXPECT_NEAR(j["status_429"]["latency_ms"]["max"].get<double>(), 32.0, 1e-6);
+  EXPECT_NEAR(j["status_429"]["latency_from_send_ms"]["max"].get<double>(), 2.0, 1e-6);
+  EXPECT_NE(format_report(j).find("from send"), std::string::npos);
+  EXPECT_NE(records_csv(r).find(",lag_ms\n"), std::string::npos);
+}
+
 TEST(Load, OpenLoopPoissonWithACap) {
   FakeServer srv({.slots = 2, .tokens = 4, .prefill = 20ms, .gap = 10ms});
   LoadOptions o;
