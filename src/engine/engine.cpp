@@ -157,18 +157,22 @@ void EngineOptions::pad_step(Clock::time_point t0, int tokens) const {
 }
 
 void Engine::calibrate() {
-  // Two warm-up steps on slot 0 (its cache is overwritten by the first real
-  // prefill): they page the weights in and seed the step-time model with a
-  // 1-token and a many-token point before any request is measured.
+  // Warm-up steps on slot 0 (its cache is overwritten by the first real
+  // prefill): the first pages the weights in and is not counted (it took
+  // 25% longer than a warm step, and the fit keeps the calibration points
+  // for good); the next two seed the step-time model with a 1-token and a
+  // many-token point before any request is measured.
   const int big = std::min({64, plan_.step_tokens, plan_.ctx - 1});
-  for (int n : {1, big}) {
+  for (int n : {0, 1, big}) {
+    const bool counted = n > 0;
+    n = std::max(n, 1);
     batch_.clear();
     for (int i = 0; i < n; ++i) batch_.push_back({tok_.bos() >= 0 ? tok_.bos() : 0, i, 0, i == n - 1});
     auto t0 = Clock::now();
     (void)forward_->step(batch_);
     opts_.pad_step(t0, n);
     const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-    calib_[n == 1 ? 0 : 1] = {n, sec};
+    if (counted) calib_[n == 1 ? 0 : 1] = {n, sec};
   }
   batch_.clear();
   record_step(0, 0, 0, 0, true);  // fit from the calibration points alone

@@ -124,7 +124,8 @@ Admission::Admission(Engine& engine, const AdmissionOptions& o)
       reserved_max_tokens_(static_cast<size_t>(engine.n_slots()), 0),
       slot_class_(static_cast<size_t>(engine.n_slots()), 0),
       states_(static_cast<size_t>(engine.n_slots()), Engine::SlotState::Free),
-      spread_(o.ttft_margin, o.ttft_margin_max) {
+      spread_(o.ttft_margin, o.ttft_margin_max),
+      yard_(300, engine.plan().step_tokens) {
   if (o_.classes.empty()) o_.classes.push_back({"chat", 0});
   held_.resize(o_.classes.size());
   promoted_.resize(static_cast<size_t>(engine.n_slots()));
@@ -320,7 +321,8 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     d.predicted_ttft =
         running + predict_ttft(st.step_model, ahead_prompts_, compute, ask.cls, streams_, steps, eo, &sim_streams_);
     // Unloaded: as on an idle server, by the steps taken alone.
-    d.unloaded_ttft = predict_ttft(st.idle_model, {}, compute, ask.cls, {}, steps, eo, &sim_streams_);
+    const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    d.unloaded_ttft = predict_ttft(yard_.update(st.idle_model, now_s), {}, compute, ask.cls, {}, steps, eo, &sim_streams_);
     // The promise: max_ttft_slowdown x the unloaded time, the step running
     // now included (the prediction counts it). A prompt with almost nothing
     // to compute (copied from another slot) is held to the time per token
@@ -391,12 +393,22 @@ double Admission::latest_start_locked(const Ask& ask) const {
   const EngineStats st = engine_.stats();
   const int compute = std::max(static_cast<int>(ask.prompt.size()), 1);
   const double unloaded =
-      predict_ttft(st.idle_model, {}, compute, ask.cls, {}, engine_.plan().step_tokens, engine_.options());
+      predict_ttft(yard_.current().samples > 0 ? yard_.current() : st.idle_model, {}, compute, ask.cls, {},
+                   engine_.plan().step_tokens, engine_.options());
   double promise = std::numeric_limits<double>::infinity();
   if (o_.max_ttft_slowdown > 0) promise = o_.max_ttft_slowdown * unloaded;
   if (o_.max_ttft_s > 0) promise = std::min(promise, o_.max_ttft_s);
   if (!std::isfinite(promise)) return o_.queue_timeout_s;
   return promise / spread_.margin() - unloaded;
+}
+
+const StepModel& Yardstick::update(const StepModel& idle, double now_s) {
+  if (!set_ || idle.predict(ref_) <= best_.predict(ref_) || now_s - since_s_ > window_s_) {
+    best_ = idle;
+    since_s_ = now_s;
+    set_ = true;
+  }
+  return best_;
 }
 
 void TtftSpread::observe(double predicted_s, double measured_s) {

@@ -195,6 +195,29 @@ class TtftSpread {
   int n_ = 0, next_ = 0;
 };
 
+// The unloaded yardstick of the first-token promise: the idle step fit
+// (EngineStats::idle_model) at its lowest over the last `window` seconds.
+// Under load the steps taken alone share the cores with the HTTP side and
+// the fit creeps up (6% in a 30 s overload run), and a promise measured
+// against it would loosen with the load; the window lets a board that has
+// really slowed (a hot one) move the yardstick within minutes. Fits are
+// compared by their time for `ref_tokens` tokens.
+class Yardstick {
+ public:
+  Yardstick(double window_s, int ref_tokens) : window_s_(window_s), ref_(ref_tokens) {}
+  // Takes the fit of the moment (at `now_s`, any monotonic seconds) and
+  // returns the one to measure against.
+  const StepModel& update(const StepModel& idle, double now_s);
+  const StepModel& current() const { return best_; }
+
+ private:
+  double window_s_;
+  int ref_;
+  StepModel best_;
+  double since_s_ = 0;
+  bool set_ = false;
+};
+
 class Admission {
  public:
   Admission(Engine& engine, const AdmissionOptions& o);
@@ -298,6 +321,7 @@ class Admission {
   std::vector<double> free_in_;  // scratch of kth_free_locked (capacity n_slots)
   Decision admit_waiting(const Ask& ask, SlotRef& out, const std::function<bool()>& gone);
   TtftSpread spread_;  // under mu_
+  Yardstick yard_;     // under mu_
   std::atomic<bool> draining_{false};
   std::atomic<bool> pressure_{false};
   std::atomic<int> queued_{0};

@@ -246,7 +246,9 @@ TEST(Engine, SlotsAreFiniteAndReusable) {
 }
 
 TEST(Engine, CancelFreesTheSlot) {
-  auto e = make_engine(synth_model("tiny-llama", "Q4_0"), 1, 256);
+  // Steps padded to 2 ms: 200 tokens take 0.4 s, so the cancel lands first
+  // (a fast machine made all 200 before it).
+  auto e = make_engine(synth_model("tiny-llama", "Q4_0"), 1, 256, 2, DType::F16, 64, AttnMath::F32, 0.002);
   ASSERT_TRUE(e);
   GenerateParams p = greedy(200);
   p.ignore_eos = true;

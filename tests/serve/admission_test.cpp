@@ -53,6 +53,20 @@ TEST(Admission, SlowdownBoundsTheStreamCount) {
   EXPECT_LT(predicted_stream_rate(m, 7), floor);
 }
 
+// The unloaded yardstick keeps the lowest idle fit of its window: a fit
+// that creeps up under load does not loosen the promise, a lower one is
+// taken at once, and past the window the fit of the moment is taken.
+TEST(Admission, TheUnloadedYardstickIsTheLowestFitOfItsWindow) {
+  Yardstick y(300, 64);
+  StepModel fast = model(0.025, 0.0028), slower = model(0.027, 0.0030), faster = model(0.024, 0.0027);
+  EXPECT_DOUBLE_EQ(y.update(fast, 0).a, 0.025);
+  EXPECT_DOUBLE_EQ(y.update(slower, 10).a, 0.025) << "the load's creep is not taken";
+  EXPECT_DOUBLE_EQ(y.update(faster, 20).a, 0.024) << "a lower fit is";
+  EXPECT_DOUBLE_EQ(y.update(slower, 319).a, 0.024) << "within 300 s of the lowest";
+  EXPECT_DOUBLE_EQ(y.update(slower, 321).a, 0.027) << "a board that stays slower moves it";
+  EXPECT_DOUBLE_EQ(y.current().a, 0.027);
+}
+
 // The first-token margin is the largest recent measured / predicted
 // ratio, between its floor and its cap, and forgets after a window.
 TEST(Admission, TheTtftMarginFollowsMeasuredOverPredicted) {
