@@ -56,16 +56,18 @@ WorkerPool::WorkerPool(int workers, int cap, int nice) : cap_(cap), nice_(nice) 
 WorkerPool::~WorkerPool() { shutdown(); }
 
 void WorkerPool::enqueue(std::function<void()> fn) {
+  bool refusing = true;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (open_ < cap_) {
       ++open_;
       jobs_.push_back(std::move(fn));
+      refusing = false;
     } else {
       refusals_.push_back(std::move(fn));
     }
   }
-  cv_.notify_all();
+  (refusing ? refusals_cv_ : jobs_cv_).notify_one();
 }
 
 void WorkerPool::shutdown() {
@@ -74,7 +76,8 @@ void WorkerPool::shutdown() {
     if (stop_) return;
     stop_ = true;
   }
-  cv_.notify_all();
+  jobs_cv_.notify_all();
+  refusals_cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
@@ -93,7 +96,7 @@ void WorkerPool::loop(std::deque<std::function<void()>>& q, bool refusing) {
     std::function<void()> fn;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !q.empty(); });
+      (refusing ? refusals_cv_ : jobs_cv_).wait(lk, [&] { return stop_ || !q.empty(); });
       if (q.empty()) return;  // stopping and drained
       fn = std::move(q.front());
       q.pop_front();

@@ -48,7 +48,9 @@ class WorkerPool : public httplib::TaskQueue {
   const int cap_;
   const int nice_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  // One per queue, so that a connection wakes one worker of its own kind
+  // (notify_all woke every idle worker, dozens of them, for each).
+  std::condition_variable jobs_cv_, refusals_cv_;
   std::deque<std::function<void()>> jobs_, refusals_;
   std::vector<std::thread> threads_;
   int open_ = 0;
