@@ -290,7 +290,7 @@ void add_serve_command(CLI::App& app) {
          "long a step that computes a less urgent prompt may last (an "
          "urgent request arriving meanwhile waits at most this long for it; never less than four one-token "
          "steps); 0: no limit")
-      ->default_str("100")
+      ->default_str("50")
       ->check(CLI::Range(0.0, 60000.0));
   cmd->add_flag("--no-prompt-cache", f->no_prompt_cache,
                 "Do not reuse a slot's cached prompt prefix (every prompt is computed in full)");

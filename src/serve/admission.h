@@ -71,7 +71,7 @@ struct AdmissionOptions {
   // urgent prompt lasts at most this long, or four one-token steps if that
   // is longer (EngineOptions::urgent_wait_s), so an urgent request never
   // waits long behind one. 0: no limit.
-  double urgent_wait_s = 0.1;
+  double urgent_wait_s = 0.05;
   double min_stream_rate = 5.0;  // tokens/s every admitted stream must keep
   // ... and at least 1 / max_slowdown of what a lone stream gets (0: off).
   double max_slowdown = 2.0;
