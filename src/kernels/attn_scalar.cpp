@@ -63,6 +63,20 @@ void silu_mul(float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+void rope(float* x, int n_heads, int head_dim, const float* table, int rope_dim, bool neox) {
+  const int half = rope_dim / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + static_cast<size_t>(h) * static_cast<size_t>(head_dim);
+    for (int i = 0; i < half; ++i) {
+      const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+      const float c = neox ? table[i] : table[2 * i], s = neox ? table[half + i] : table[2 * i + 1];
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * c - x1 * s;
+      v[b] = x0 * s + x1 * c;
+    }
+  }
+}
+
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   double ss = 0;
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
@@ -85,6 +99,7 @@ void register_attn_scalar(Backend& be) {
   be.attn_exp_sum = exp_sum;
   be.silu_mul = silu_mul;
   be.rms_norm = rms_norm;
+  be.rope = rope;
 }
 
 }  // namespace edgelm::kernels

@@ -24,6 +24,7 @@ using AttnExpSumFn = float (*)(float* s, int n, float m);
 using AttnAccumulateFn = void (*)(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
 using SiluMulFn = void (*)(float* g, const float* u, int64_t n);
 using RmsNormFn = void (*)(const float* x, const float* w, float* y, int64_t n, float eps);
+using RopeFn = void (*)(float* x, int n_heads, int head_dim, const float* table, int rope_dim, bool neox);
 
 // Fully unrolls a loop over a tile's rows or columns (a template constant).
 // GCC 12 otherwise keeps an array of vector accumulators in memory and
@@ -64,6 +65,7 @@ struct Backend {
   AttnExpSumFn attn_exp_sum = nullptr;
   SiluMulFn silu_mul = nullptr;
   RmsNormFn rms_norm = nullptr;
+  RopeFn rope = nullptr;
 };
 
 // The tables. The SIMD ones exist only when their sources are compiled for

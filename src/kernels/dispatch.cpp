@@ -110,6 +110,7 @@ struct Resolved {
   AttnExpSumFn attn_exp_sum[kNumIsas] = {};
   SiluMulFn silu_mul[kNumIsas] = {};
   RmsNormFn rms_norm[kNumIsas] = {};
+  RopeFn rope[kNumIsas] = {};
 };
 
 // The first non-null entry along the chain that starts at the best available
@@ -159,6 +160,7 @@ Resolved resolve() {
     r.attn_exp_sum[i] = first_along_chain<AttnExpSumFn>(isa, [](const Backend& b) { return b.attn_exp_sum; });
     r.silu_mul[i] = first_along_chain<SiluMulFn>(isa, [](const Backend& b) { return b.silu_mul; });
     r.rms_norm[i] = first_along_chain<RmsNormFn>(isa, [](const Backend& b) { return b.rms_norm; });
+    r.rope[i] = first_along_chain<RopeFn>(isa, [](const Backend& b) { return b.rope; });
   }
   return r;
 }
@@ -322,6 +324,10 @@ void silu_mul(Isa isa, float* g, const float* u, int64_t n) {
 
 void rms_norm(Isa isa, const float* x, const float* w, float* y, int64_t n, float eps) {
   if (n > 0) table().rms_norm[isa_index(isa)](x, w, y, n, eps);
+}
+
+void rope(Isa isa, float* x, int n_heads, int head_dim, const float* table_, int rope_dim, bool neox) {
+  if (n_heads > 0 && rope_dim >= 2) table().rope[isa_index(isa)](x, n_heads, head_dim, table_, rope_dim, neox);
 }
 
 void store_kv(DType kv_type, const float* src, void* dst, int64_t n) {

@@ -140,5 +140,23 @@ float attn_exp_sum(Isa isa, float* s, int n, float m);
 void silu_mul(Isa isa, float* g, const float* u, int64_t n);
 // y = x / sqrt(mean(x^2) + eps) * w over n elements (w null: no gain); y may be x.
 void rms_norm(Isa isa, const float* x, const float* w, float* y, int64_t n, float eps);
+// Rotary position embedding of one token's `n_heads` heads of `head_dim`
+// floats: in each head, the pairs of the first rope_dim dims are rotated by
+// the angle of their pair, whose cosine and sine `table` holds. NeoX pairs
+// dim i with i + rope_dim/2, and `table` is the rope_dim/2 cosines then the
+// rope_dim/2 sines; the original layout pairs 2i with 2i+1, and `table` is
+// cos_i, sin_i pair by pair (rope_table_entry fills either). Dims past
+// rope_dim are left as they are.
+void rope(Isa isa, float* x, int n_heads, int head_dim, const float* table, int rope_dim, bool neox);
+// Writes pair i's cosine and sine where `rope` looks for them.
+inline void rope_table_entry(float* table, int rope_dim, bool neox, int i, float c, float s) {
+  if (neox) {
+    table[i] = c;
+    table[rope_dim / 2 + i] = s;
+  } else {
+    table[2 * i] = c;
+    table[2 * i + 1] = s;
+  }
+}
 
 }  // namespace edgelm::kernels

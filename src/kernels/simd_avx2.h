@@ -70,6 +70,12 @@ struct F32x8 {
   static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V neg_abs(V v) { return _mm256_or_ps(v, _mm256_set1_ps(-0.0f)); }  // -|v|
   static V if_neg(V x, V a, V b) { return _mm256_blendv_ps(b, a, x); }     // x < 0 (sign set) ? a : b
+  // Pairs of lanes (2i, 2i+1), for RoPE: each pair's first lane in both,
+  // its second in both, the two swapped; a - b in even lanes, a + b in odd.
+  static V dup_even(V v) { return _mm256_moveldup_ps(v); }
+  static V dup_odd(V v) { return _mm256_movehdup_ps(v); }
+  static V swap_pairs(V v) { return _mm256_permute_ps(v, 0xB1); }
+  static V sub_add(V a, V b) { return _mm256_addsub_ps(a, b); }
   static V round(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static float sum(V v) { return hsum(v); }
   // p * 2^n for integral n in [-126, 127], built in the exponent bits.

@@ -60,6 +60,15 @@ struct F32x4 {
     const uint32x4_t sign = vcltq_s32(vreinterpretq_s32_f32(x), vdupq_n_s32(0));
     return vbslq_f32(sign, a, b);
   }
+  // Pairs of lanes (2i, 2i+1), for RoPE: each pair's first lane in both,
+  // its second in both, the two swapped; a - b in even lanes, a + b in odd.
+  static V dup_even(V v) { return vtrn1q_f32(v, v); }
+  static V dup_odd(V v) { return vtrn2q_f32(v, v); }
+  static V swap_pairs(V v) { return vrev64q_f32(v); }
+  static V sub_add(V a, V b) {
+    static const float kSign[4] = {-1.0f, 1.0f, -1.0f, 1.0f};
+    return vfmaq_f32(a, b, vld1q_f32(kSign));
+  }
   static V round(V v) { return vrndnq_f32(v); }
   static float sum(V v) { return vaddvq_f32(v); }
   // p * 2^n for integral n in [-126, 127], built in the exponent bits.

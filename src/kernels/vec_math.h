@@ -88,12 +88,50 @@ struct VecElementwise {
       for (; i < n; ++i) y[i] = x[i] * scale;
     }
   }
+
+  // The scalar reference's rotation (kernels.h, rope). NeoX: the two halves
+  // of the rotated dims are two runs of vectors, as are the cosines and the
+  // sines. Original layout: a vector holds kLanes/2 pairs and the table's
+  // (cos, sin) pairs line up with them; with c and s duplicated across each
+  // pair and the pair swapped, x' = x c -/+ swap(x) s (minus on the first
+  // of a pair, plus on the second).
+  static void rope(float* x, int n_heads, int head_dim, const float* t, int rope_dim, bool neox) {
+    const int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + static_cast<size_t>(h) * static_cast<size_t>(head_dim);
+      int i = 0;
+      if (neox) {
+        for (; i + L <= half; i += L) {
+          const V c = S::load(t + i), s = S::load(t + half + i);
+          const V a = S::load(v + i), b = S::load(v + half + i);
+          S::store(v + i, S::fnma(b, s, S::mul(a, c)));
+          S::store(v + half + i, S::fma(b, c, S::mul(a, s)));
+        }
+        for (; i < half; ++i) {
+          const float c = t[i], s = t[half + i], x0 = v[i], x1 = v[half + i];
+          v[i] = x0 * c - x1 * s;
+          v[half + i] = x0 * s + x1 * c;
+        }
+      } else {
+        for (; 2 * i + L <= 2 * half; i += L / 2) {
+          const V tv = S::load(t + 2 * i), xv = S::load(v + 2 * i);
+          S::store(v + 2 * i, S::sub_add(S::mul(xv, S::dup_even(tv)), S::mul(S::swap_pairs(xv), S::dup_odd(tv))));
+        }
+        for (; i < half; ++i) {
+          const float c = t[2 * i], s = t[2 * i + 1], x0 = v[2 * i], x1 = v[2 * i + 1];
+          v[2 * i] = x0 * c - x1 * s;
+          v[2 * i + 1] = x0 * s + x1 * c;
+        }
+      }
+    }
+  }
 };
 
 template <class S>
 void register_elementwise(Backend& be) {
   be.silu_mul = VecElementwise<S>::silu_mul;
   be.rms_norm = VecElementwise<S>::rms_norm;
+  be.rope = VecElementwise<S>::rope;
 }
 
 }  // namespace

@@ -120,22 +120,11 @@ void Forward::matmul(const TensorView& w, const float* in, int T, float* out, bo
 
 void Forward::rope(float* x, int T, int n_heads, std::span<const BatchToken>) {
   const int hd = c_.head_dim;
-  const int half = c_.rope_dim / 2;
   const float* table = buf<float>(layout_.rope);
-  for (int t = 0; t < T; ++t) {
-    const float* cs = table + static_cast<size_t>(t) * c_.rope_dim;  // cos, sin interleaved per pair
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = x + (static_cast<size_t>(t) * n_heads + h) * hd;
-      for (int i = 0; i < half; ++i) {
-        // NeoX pairs element i with i + rope_dim/2; the original layout pairs 2i, 2i+1.
-        const int a = c_.rope_neox ? i : 2 * i;
-        const int b = c_.rope_neox ? i + half : 2 * i + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
-        v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
-      }
-    }
-  }
+  each_row(T, n_heads * hd, [&](int t) {
+    kernels::rope(isa_, x + static_cast<size_t>(t) * n_heads * hd, n_heads, hd,
+                  table + static_cast<size_t>(t) * c_.rope_dim, c_.rope_dim, c_.rope_neox);
+  });
 }
 
 void Forward::attention(int layer, std::span<const BatchToken> batch) {
@@ -289,8 +278,7 @@ Result<const float*> Forward::step(std::span<const BatchToken> batch) {
     float* cs = rope_table + static_cast<size_t>(t) * c_.rope_dim;
     for (int i = 0; i < c_.rope_dim / 2; ++i) {
       const float theta = static_cast<float>(b.pos) * inv_freq_[i];
-      cs[2 * i] = std::cos(theta);
-      cs[2 * i + 1] = std::sin(theta);
+      kernels::rope_table_entry(cs, c_.rope_dim, c_.rope_neox, i, std::cos(theta), std::sin(theta));
     }
   }
 
