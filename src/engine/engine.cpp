@@ -98,7 +98,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, tok
 
   e->forward_ = std::make_unique<Forward>(c, e->model_->weights, plan.scratch_layout, scratch, kv, *e->pool_, opts.isa,
                                           opts.attn_math);
-  e->sampler_ = std::make_unique<Sampler>(c.n_vocab);
+  e->sampler_ = std::make_unique<Sampler>(c.n_vocab, opts.isa);
   e->batch_.reserve(static_cast<size_t>(plan.step_tokens));
   e->batch_slot_.reserve(static_cast<size_t>(plan.slots));
   e->prefill_order_.reserve(static_cast<size_t>(plan.slots));

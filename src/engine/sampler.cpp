@@ -22,8 +22,9 @@ Status SamplingParams::validate() const {
   return Status::Ok();
 }
 
-Sampler::Sampler(int n_vocab)
+Sampler::Sampler(int n_vocab, kernels::Isa isa)
     : n_vocab_(n_vocab),
+      isa_(isa),
       cand_(static_cast<size_t>(n_vocab)),
       prob_(static_cast<size_t>(n_vocab)),
       masked_(static_cast<size_t>(n_vocab)) {}
@@ -94,26 +95,13 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<
     n_cand_ = static_cast<size_t>(p.top_k);
     sorted = n_cand_;
   }
-  // Probabilities at temperature 1 for the truncations (as llama.cpp orders
-  // them: top-p and min-p before temperature).
-  auto softmax = [&](size_t n, float temp) {
-    float mx = -INFINITY;
-    for (size_t i = 0; i < n; ++i) mx = std::max(mx, cand_[i].logit);
-    double sum = 0;
-    for (size_t i = 0; i < n; ++i) {
-      prob_[i] = std::exp((cand_[i].logit - mx) / temp);
-      sum += prob_[i];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (size_t i = 0; i < n; ++i) prob_[i] *= inv;
-  };
   if (p.top_p < 1.0f) {
     // One pass for the normaliser, then sort a growing prefix until it holds
     // top_p of the mass: usually a few dozen candidates, not the vocabulary.
-    float mx = -INFINITY;
-    for (size_t i = 0; i < n_cand_; ++i) mx = std::max(mx, cand_[i].logit);
-    double sum = 0;
-    for (size_t i = 0; i < n_cand_; ++i) sum += std::exp(cand_[i].logit - mx);
+    // Probabilities at temperature 1 (llama.cpp truncates before it applies
+    // the temperature).
+    float mx = 0;
+    const double sum = weights(n_cand_, 1.0f, &mx);
     size_t want = std::max<size_t>(sorted, 64);
     for (;;) {
       want = std::min(want, n_cand_);
@@ -141,13 +129,32 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<
       if (cand_[i].logit >= floor) cand_[w++] = cand_[i];
     n_cand_ = std::max<size_t>(w, 1);
   }
-  softmax(n_cand_, p.temperature);
-  double r = rng.uniform();
-  for (size_t i = 0; i < n_cand_; ++i) {
-    r -= prob_[i];
-    if (r < 0) return cand_[i].id;
+  float mx = 0;
+  const float sum = weights(n_cand_, p.temperature, &mx);
+  return cand_[draw(n_cand_, sum, rng)].id;
+}
+
+float Sampler::weights(size_t n, float temp, float* max) {
+  float mx = -INFINITY;
+  const float inv_t = 1.0f / temp;
+  for (size_t i = 0; i < n; ++i) {
+    mx = std::max(mx, cand_[i].logit);
+    prob_[i] = cand_[i].logit * inv_t;
   }
-  return cand_[n_cand_ - 1].id;
+  *max = mx;
+  return kernels::attn_exp_sum(isa_, prob_.data(), static_cast<int>(n), mx * inv_t);
+}
+
+size_t Sampler::draw(size_t n, float sum, Rng& rng) const {
+  double r = rng.uniform() * static_cast<double>(sum);
+  size_t last = 0;  // the last candidate with any weight: where rounding leaves the draw
+  for (size_t i = 0; i < n; ++i) {
+    if (prob_[i] <= 0) continue;
+    r -= prob_[i];
+    last = i;
+    if (r < 0) return i;
+  }
+  return last;
 }
 
 float Sampler::logprobs(const float* logits, int32_t token, std::span<TokenLogprob> top) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/kernels.h"
 #include "engine/token_constraint.h"
 
 namespace edgelm {
@@ -51,7 +52,9 @@ class Rng {
 
 class Sampler {
  public:
-  explicit Sampler(int n_vocab);
+  // `isa`: the exponentials of a row's softmax run on that ISA's vector exp
+  // (kernels::attn_exp_sum).
+  explicit Sampler(int n_vocab, kernels::Isa isa = kernels::best_isa());
   // Bytes the sampler holds (counted by the memory plan).
   static size_t bytes_for(int n_vocab);
 
@@ -81,7 +84,13 @@ class Sampler {
   // Sorts the candidates so that the first `n` are the n largest, descending.
   void sort_top(size_t n);
 
+  // prob_[i] = exp((logit_i - max) / temp) for the first n candidates;
+  // returns their sum and sets *max to the largest logit.
+  float weights(size_t n, float temp, float* max);
+  // A candidate index drawn in proportion to prob_[0, n) (weights summing to `sum`).
+  size_t draw(size_t n, float sum, Rng& rng) const;
   int n_vocab_;
+  kernels::Isa isa_;
   std::vector<Cand> cand_;
   std::vector<float> prob_;
   std::vector<float> masked_;  // [n_vocab]: a row with the constraint's refusals masked

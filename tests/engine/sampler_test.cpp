@@ -49,6 +49,25 @@ TEST(Sampler, TemperatureOneFollowsTheDistribution) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(h[i] / 40000.0, probs[static_cast<size_t>(i)], 0.01) << i;
 }
 
+// A row long enough for the vector exp (and its scalar tail: 1003 is not a
+// multiple of any vector width), on every ISA: the draw follows the
+// softmax, and a token at -infinity (a constraint's refusal) is never drawn.
+TEST(Sampler, TheVectorSoftmaxFollowsTheDistributionOnEveryIsa) {
+  const int n = 1003;
+  std::vector<double> probs(n, 0.1 / (n - 4));
+  probs[0] = 0.4, probs[500] = 0.3, probs[1002] = 0.2;
+  std::vector<float> l = logits_of(probs);
+  l[3] = -INFINITY;
+  for (kernels::Isa isa : kernels::supported_isas()) {
+    Sampler s(n, isa);
+    auto h = histogram(s, l, plain(1.0f), 40000);
+    EXPECT_NEAR(h[0] / 40000.0, 0.4, 0.012) << kernels::isa_name(isa);
+    EXPECT_NEAR(h[500] / 40000.0, 0.3, 0.012) << kernels::isa_name(isa);
+    EXPECT_NEAR(h[1002] / 40000.0, 0.2, 0.012) << kernels::isa_name(isa);
+    EXPECT_EQ(h.count(3), 0u) << kernels::isa_name(isa);
+  }
+}
+
 TEST(Sampler, LowTemperatureSharpens) {
   Sampler s(3);
   auto h = histogram(s, logits_of({0.5, 0.3, 0.2}), plain(0.25f), 20000);
