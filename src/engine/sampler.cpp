@@ -5,6 +5,12 @@
 
 namespace edgelm {
 
+namespace {
+bool by_logit(const Sampler::Cand& a, const Sampler::Cand& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+}  // namespace
+
 Status SamplingParams::validate() const {
   if (!std::isfinite(temperature) || temperature < 0 || temperature > 100)
     return make_error("temperature must be between 0 and 100, got {}", temperature);
@@ -61,9 +67,39 @@ void Sampler::apply_penalties(const SamplingParams& p, std::span<const int32_t> 
   }
 }
 
+size_t Sampler::to_front(float mx, int b) { return to_front_from(0, mx, b); }
+
+size_t Sampler::to_front_from(size_t from, float mx, int b) {
+  size_t w = from;
+  for (size_t i = from; i < n_cand_; ++i)
+    if (bucket_of(mx, cand_[i].logit) < static_cast<float>(b + 1)) std::swap(cand_[w++], cand_[i]);
+  return w;
+}
+
+bool Sampler::keep_top_p_by_buckets(float top_p, float mx, double sum) {
+  // The probability mass by bucket of logit finds the bucket where the kept
+  // mass reaches top_p. Every candidate above it is kept as it is, and only
+  // that bucket is sorted to find where to stop: the kept set is the sorted
+  // prefix the rule asks for, without sorting the vocabulary.
+  double mass[kBuckets] = {};
+  for (size_t i = 0; i < n_cand_; ++i)
+    if (const float d = bucket_of(mx, cand_[i].logit); d < kBuckets) mass[static_cast<int>(d)] += prob_[i];
+  const double target = static_cast<double>(top_p) * sum;
+  double cum = 0;
+  int b = 0;
+  for (; b < kBuckets && cum + mass[b] < target; ++b) cum += mass[b];
+  if (b == kBuckets) return false;  // rounding left the mass short: the caller sorts
+  const size_t above = b > 0 ? to_front(mx, b - 1) : 0;
+  const size_t end = to_front_from(above, mx, b);  // then bucket b itself
+  std::sort(cand_.begin() + static_cast<long>(above), cand_.begin() + static_cast<long>(end), by_logit);
+  size_t keep = above;
+  while (keep < end && cum < target) cum += std::exp(static_cast<double>(cand_[keep++].logit - mx));
+  n_cand_ = std::max<size_t>(keep, 1);
+  return true;
+}
+
 void Sampler::sort_top(size_t n) {
   n = std::min(n, n_cand_);
-  auto by_logit = [](const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
   if (n < n_cand_) std::nth_element(cand_.begin(), cand_.begin() + static_cast<long>(n), cand_.begin() + static_cast<long>(n_cand_), by_logit);
   std::sort(cand_.begin(), cand_.begin() + static_cast<long>(n), by_logit);
 }
@@ -88,35 +124,48 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<
     return cand_[best].id;
   }
 
-  // top-k: keep the k largest, sorted.
+  // top-k: keep the k largest, sorted. The buckets of logits below the
+  // largest find how far down the k-th lies; only the candidates above that
+  // are partitioned and sorted (a few hundred, not the vocabulary).
   size_t sorted = 0;
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n_cand_) {
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n_cand_; ++i) mx = std::max(mx, cand_[i].logit);
+    uint32_t count[kBuckets] = {};
+    for (size_t i = 0; i < n_cand_; ++i)
+      if (const float d = bucket_of(mx, cand_[i].logit); d < kBuckets) ++count[static_cast<int>(d)];
+    size_t cum = 0;
+    int b = 0;
+    for (; b < kBuckets && cum + count[b] < static_cast<size_t>(p.top_k); ++b) cum += count[b];
+    if (b < kBuckets) n_cand_ = to_front(mx, b);  // the k largest are in buckets 0..b
     sort_top(static_cast<size_t>(p.top_k));
     n_cand_ = static_cast<size_t>(p.top_k);
     sorted = n_cand_;
   }
   if (p.top_p < 1.0f) {
-    // One pass for the normaliser, then sort a growing prefix until it holds
-    // top_p of the mass: usually a few dozen candidates, not the vocabulary.
     // Probabilities at temperature 1 (llama.cpp truncates before it applies
-    // the temperature).
+    // the temperature), then the smallest prefix in descending order that
+    // holds top_p of the mass.
     float mx = 0;
     const double sum = weights(n_cand_, 1.0f, &mx);
-    size_t want = std::max<size_t>(sorted, 64);
-    for (;;) {
-      want = std::min(want, n_cand_);
-      if (sorted < want) {
-        sort_top(want);
-        sorted = want;
+    // Unsorted (no top-k before it): by buckets; else the sorted prefix.
+    if (sorted == n_cand_ || !keep_top_p_by_buckets(p.top_p, mx, sum)) {
+      size_t want = std::max<size_t>(sorted, 64);
+      for (;;) {
+        want = std::min(want, n_cand_);
+        if (sorted < want) {
+          sort_top(want);
+          sorted = want;
+        }
+        double cum = 0;
+        size_t keep = 0;
+        while (keep < sorted && cum < p.top_p) cum += std::exp(cand_[keep++].logit - mx) / sum;
+        if (cum >= p.top_p || sorted == n_cand_) {
+          n_cand_ = std::max<size_t>(keep, 1);
+          break;
+        }
+        want *= 8;
       }
-      double cum = 0;
-      size_t keep = 0;
-      while (keep < sorted && cum < p.top_p) cum += std::exp(cand_[keep++].logit - mx) / sum;
-      if (cum >= p.top_p || sorted == n_cand_) {
-        n_cand_ = std::max<size_t>(keep, 1);
-        break;
-      }
-      want *= 8;
     }
   }
   if (p.min_p > 0.0f) {

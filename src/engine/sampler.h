@@ -75,11 +75,25 @@ class Sampler {
   // returns the logprob of `token`.
   float logprobs(const float* logits, int32_t token, std::span<TokenLogprob> top);
 
- private:
   struct Cand {
     int32_t id;
     float logit;
   };
+
+ private:
+  // Logits are bucketed by their distance below the largest: kBuckets
+  // buckets over kLogitRange (a token further down has a probability under
+  // e^-32 of the largest's at temperature 1 and is left out of the counts).
+  static constexpr int kBuckets = 512;
+  static constexpr float kLogitRange = 32.0f;
+  static float bucket_of(float mx, float logit) { return (mx - logit) * (kBuckets / kLogitRange); }
+  // Moves the candidates (from `from` on) whose bucket is at most b to the
+  // front of that range; returns the end of them.
+  size_t to_front(float mx, int b);
+  size_t to_front_from(size_t from, float mx, int b);
+  // top-p over unsorted candidates whose weights at temperature 1 (largest
+  // logit mx) are in prob_ and sum to `sum`; false when it cannot decide.
+  bool keep_top_p_by_buckets(float top_p, float mx, double sum);
   void apply_penalties(const SamplingParams& p, std::span<const int32_t> recent);
   // Sorts the candidates so that the first `n` are the n largest, descending.
   void sort_top(size_t n);

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
+#include <set>
 #include <vector>
 
 namespace edgelm {
@@ -65,6 +68,55 @@ TEST(Sampler, TheVectorSoftmaxFollowsTheDistributionOnEveryIsa) {
     EXPECT_NEAR(h[500] / 40000.0, 0.3, 0.012) << kernels::isa_name(isa);
     EXPECT_NEAR(h[1002] / 40000.0, 0.2, 0.012) << kernels::isa_name(isa);
     EXPECT_EQ(h.count(3), 0u) << kernels::isa_name(isa);
+  }
+}
+
+// top-k and top-p keep exactly the sorted prefix their rules name, over
+// rows of several shapes (flat, peaked, with ties): at temperature 100 the
+// kept tokens are drawn near uniformly, so the set drawn is the set kept.
+TEST(Sampler, TopKAndTopPKeepTheSortedPrefix) {
+  std::mt19937 gen(5);
+  for (int shape = 0; shape < 3; ++shape) {
+    const int n = 2053;
+    std::vector<float> l(n);
+    std::normal_distribution<float> nd(0.0f, shape == 0 ? 1.0f : 4.0f);
+    for (auto& v : l) v = nd(gen);
+    if (shape == 2)
+      for (auto& v : l) v = std::round(v);  // many equal logits: ties broken by id
+    std::vector<int32_t> order(n);
+    for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return l[static_cast<size_t>(a)] > l[static_cast<size_t>(b)] || (l[static_cast<size_t>(a)] == l[static_cast<size_t>(b)] && a < b);
+    });
+    const double mx = l[static_cast<size_t>(order[0])];
+    double total = 0;
+    for (float v : l) total += std::exp(v - mx);
+    Sampler s(n);
+    auto drawn = [&](const SamplingParams& p) {
+      std::set<int32_t> got;
+      for (const auto& [tok, count] : histogram(s, l, p, 8000)) got.insert(tok);
+      return got;
+    };
+    for (int k : {1, 7, 40, 150}) {
+      SamplingParams p = plain(100.0f);
+      p.top_k = k;
+      const std::set<int32_t> want(order.begin(), order.begin() + k);
+      if (shape != 2) EXPECT_EQ(drawn(p), want) << "shape " << shape << " top_k " << k;
+      else EXPECT_EQ(drawn(p).size(), want.size()) << "shape " << shape << " top_k " << k;
+    }
+    for (float top_p : {0.1f, 0.5f, 0.9f}) {
+      SamplingParams p = plain(100.0f);
+      p.top_p = top_p;
+      std::set<int32_t> want;
+      double cum = 0;
+      for (int32_t t : order) {
+        if (cum >= top_p) break;
+        cum += std::exp(l[static_cast<size_t>(t)] - mx) / total;
+        want.insert(t);
+      }
+      if (want.size() > 150) continue;  // too many to be drawn near uniformly here
+      EXPECT_EQ(drawn(p), want) << "shape " << shape << " top_p " << top_p;
+    }
   }
 }
 
