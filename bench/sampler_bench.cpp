@@ -35,23 +35,23 @@ void bm_sample_greedy(benchmark::State& st) {
   run(st, p);
 }
 
-void bm_sample_openai_defaults(benchmark::State& st) {
+// Temperature 1, no truncation: the OpenAI defaults.
+SamplingParams untruncated() {
   SamplingParams p;
   p.temperature = 1;
   p.top_k = 0;
   p.top_p = 1;
   p.min_p = 0;
-  run(st, p);
+  return p;
 }
+
+void bm_sample_openai_defaults(benchmark::State& st) { run(st, untruncated()); }
 
 void bm_sample_cli_defaults(benchmark::State& st) { run(st, SamplingParams{}); }
 
 void bm_sample_top_p(benchmark::State& st) {
-  SamplingParams p;
-  p.temperature = 1;
-  p.top_k = 0;
+  SamplingParams p = untruncated();
   p.top_p = 0.9f;
-  p.min_p = 0;
   run(st, p);
 }
 

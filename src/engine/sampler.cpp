@@ -178,9 +178,7 @@ int32_t Sampler::sample(const float* logits, const SamplingParams& p, std::span<
       if (cand_[i].logit >= floor) cand_[w++] = cand_[i];
     n_cand_ = std::max<size_t>(w, 1);
   }
-  float mx = 0;
-  const float sum = weights(n_cand_, p.temperature, &mx);
-  return cand_[draw(n_cand_, sum, rng)].id;
+  return cand_[draw(n_cand_, weights(n_cand_, p.temperature), rng)].id;
 }
 
 float Sampler::weights(size_t n, float temp, float* max) {
@@ -190,7 +188,7 @@ float Sampler::weights(size_t n, float temp, float* max) {
     mx = std::max(mx, cand_[i].logit);
     prob_[i] = cand_[i].logit * inv_t;
   }
-  *max = mx;
+  if (max) *max = mx;
   return kernels::attn_exp_sum(isa_, prob_.data(), static_cast<int>(n), mx * inv_t);
 }
 

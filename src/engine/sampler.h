@@ -99,8 +99,8 @@ class Sampler {
   void sort_top(size_t n);
 
   // prob_[i] = exp((logit_i - max) / temp) for the first n candidates;
-  // returns their sum and sets *max to the largest logit.
-  float weights(size_t n, float temp, float* max);
+  // returns their sum and sets *max (when given) to the largest logit.
+  float weights(size_t n, float temp, float* max = nullptr);
   // A candidate index drawn in proportion to prob_[0, n) (weights summing to `sum`).
   size_t draw(size_t n, float sum, Rng& rng) const;
   int n_vocab_;

@@ -321,8 +321,7 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
     d.predicted_ttft =
         running + predict_ttft(st.step_model, ahead_prompts_, compute, ask.cls, streams_, steps, eo, &sim_streams_);
     // Unloaded: as on an idle server, by the steps taken alone.
-    const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    d.unloaded_ttft = predict_ttft(yard_.update(st.idle_model, now_s), {}, compute, ask.cls, {}, steps, eo, &sim_streams_);
+    d.unloaded_ttft = predict_ttft(yardstick_locked(st), {}, compute, ask.cls, {}, steps, eo, &sim_streams_);
     // The promise: max_ttft_slowdown x the unloaded time, the step running
     // now included (the prediction counts it). A prompt with almost nothing
     // to compute (copied from another slot) is held to the time per token
@@ -389,12 +388,16 @@ int Admission::slot_class(int slot) const {
   return engine_.state(slot) == Engine::SlotState::Free ? -1 : slot_class_[static_cast<size_t>(slot)];
 }
 
-double Admission::latest_start_locked(const Ask& ask) const {
+const StepModel& Admission::yardstick_locked(const EngineStats& st) {
+  const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return yard_.update(st.idle_model, now_s);
+}
+
+double Admission::latest_start_locked(const Ask& ask) {
   const EngineStats st = engine_.stats();
   const int compute = std::max(static_cast<int>(ask.prompt.size()), 1);
   const double unloaded =
-      predict_ttft(yard_.current().samples > 0 ? yard_.current() : st.idle_model, {}, compute, ask.cls, {},
-                   engine_.plan().step_tokens, engine_.options());
+      predict_ttft(yardstick_locked(st), {}, compute, ask.cls, {}, engine_.plan().step_tokens, engine_.options());
   double promise = std::numeric_limits<double>::infinity();
   if (o_.max_ttft_slowdown > 0) promise = o_.max_ttft_slowdown * unloaded;
   if (o_.max_ttft_s > 0) promise = std::min(promise, o_.max_ttft_s);

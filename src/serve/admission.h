@@ -84,7 +84,7 @@ struct AdmissionOptions {
   // streams when that is longer (0: off), and at most max_ttft_s seconds
   // (0: off). Checked with a margin (the prediction times the margin): the
   // promise is a tail figure. The margin is the largest measured / predicted
-  // ratio among the last kSpreadWindow admitted requests' first tokens, at
+  // ratio among the last TtftSpread::kWindow admitted requests' first tokens, at
   // least ttft_margin and at most ttft_margin_max: while predictions run
   // short (a busy machine, a flood to parse), the gate plans for it.
   double max_ttft_slowdown = 3.0;
@@ -106,7 +106,7 @@ struct Decision {
   double predicted_ttft = 0;  // seconds to the first token, waiting included
   double unloaded_ttft = 0;   // the same on an idle server
   double promised_ttft = 0;   // the most the first-token promise allows it
-  double margin = 0;          // the margin the gate planned with (AdmissionOptions::ttft_margin)
+  double margin = 0;          // the margin the gate planned with (TtftSpread)
   // Seconds after submission at which the engine promotes its prompt if it
   // is still waiting (GenerateParams::promote_after_s); 0: never.
   double promote_after_s = 0;
@@ -312,7 +312,9 @@ class Admission {
   bool preempt_locked(int cls);
   // How long `ask` may wait for a slot and still start within its
   // first-token promise (with the margin), from its unloaded time.
-  double latest_start_locked(const Ask& ask) const;
+  double latest_start_locked(const Ask& ask);
+  // The unloaded yardstick (Yardstick) with the engine's idle fit of the moment.
+  const StepModel& yardstick_locked(const EngineStats& st);
   // Seconds until the k-th held slot (1: the soonest) is likely to be free:
   // a finished one at once, one asked to make way within a step, a stream
   // after its remaining tokens at the current step time, a prompt after its
