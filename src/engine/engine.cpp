@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -610,6 +611,18 @@ StepModel fit_steps(const Sample (&calib)[2], const Sample* ring, int n, uint64_
 
 }  // namespace
 
+double lone_step_of(std::span<const StepSample> calib, std::span<const StepSample> recent, const StepModel& fit) {
+  std::array<double, 2 * 64> one{};  // calibration + a ring of recent steps
+  size_t n = 0;
+  for (auto part : {calib, recent})
+    for (const StepSample& s : part)
+      if (s.tokens == 1 && s.seconds > 0 && n < one.size()) one[n++] = s.seconds;
+  if (n == 0) return fit.predict(1);
+  auto mid = one.begin() + static_cast<std::ptrdiff_t>(n / 2);
+  std::nth_element(one.begin(), mid, one.begin() + static_cast<std::ptrdiff_t>(n));
+  return *mid;
+}
+
 void Engine::record_step(int tokens, int decode_tokens, int prefill_tokens, double seconds, bool alone) {
   std::lock_guard<std::mutex> lk(stats_mu_);
   if (tokens > 0) {
@@ -634,7 +647,9 @@ void Engine::record_step(int tokens, int decode_tokens, int prefill_tokens, doub
   stats_.idle_model = fit_steps(calib_, idle_samples_, std::min(n_idle_, kSamples),
                                 static_cast<uint64_t>(n_idle_), stats_.idle_model);
   // Both promise against the idle one-token step.
-  stats_.idle_model.lone = stats_.idle_model.predict(1);
+  stats_.idle_model.lone =
+      lone_step_of(calib_, std::span<const StepSample>(idle_samples_, static_cast<size_t>(std::min(n_idle_, kSamples))),
+                   stats_.idle_model);
   stats_.step_model.lone = stats_.idle_model.lone;
 }
 

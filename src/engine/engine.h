@@ -140,6 +140,22 @@ struct StepModel {
   double lone_step() const { return lone > 0 ? lone : predict(1); }
 };
 
+// One measured step: its tokens and how long it took.
+struct StepSample {
+  int tokens = 0;
+  double seconds = 0;
+};
+
+// A lone stream's step (StepModel::lone): the median of the one-token steps
+// among `calib` and `recent`, or `fit.predict(1)` when there is none. The
+// straight-line fit is not enough there: a step's cost is not linear in its
+// tokens (a one-token step reads every weight while a prompt's tokens share
+// that read; a padded step has a floor), so a line through prompt steps
+// can pass far below the one-token steps actually measured, and every
+// promise relative to a lone stream would then be stricter than the
+// hardware allows.
+double lone_step_of(std::span<const StepSample> calib, std::span<const StepSample> recent, const StepModel& fit);
+
 // The prompt a step serves first, as the prefill rules see it: its class,
 // and whether it is promoted (waiting past its first-token promise).
 struct PrefillFront {
@@ -447,10 +463,6 @@ class Engine {
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   // Ring of recent (tokens, seconds) steps for the StepModel fit.
-  struct StepSample {
-    int tokens;
-    double seconds;
-  };
   static constexpr int kSamples = 64;
   StepSample samples_[kSamples] = {};
   int n_samples_ = 0;

@@ -192,7 +192,8 @@ TEST(Engine, TheIdleStepFitCountsOnlyStepsTakenAlone) {
   const EngineStats s1 = e->stats();
   EXPECT_GT(s1.step_model.samples, s0.step_model.samples);
   EXPECT_EQ(s1.idle_model.samples - s0.idle_model.samples, s1.step_model.samples - s0.step_model.samples);
-  EXPECT_DOUBLE_EQ(s1.step_model.lone, s1.idle_model.predict(1)) << "both promise against the idle one-token step";
+  EXPECT_DOUBLE_EQ(s1.step_model.lone, s1.idle_model.lone) << "both promise against the idle one-token step";
+  EXPECT_GT(s1.idle_model.lone, 0);
   // Four at once, started before the engine may run them: most steps have
   // several slots busy.
   std::vector<SlotRef> refs;
@@ -206,6 +207,39 @@ TEST(Engine, TheIdleStepFitCountsOnlyStepsTakenAlone) {
   const uint64_t alone = s2.idle_model.samples - s1.idle_model.samples;
   EXPECT_GE(all, 16u);
   EXPECT_LT(alone, all / 2) << "steps with four slots busy counted as taken alone";
+}
+
+// A lone stream's step is what one-token steps measured, not the line
+// through every step: where a step has a floor (a one-token step reads
+// every weight; a padded step sleeps to 20 ms) and a prompt's tokens cost
+// 2 ms each beyond it, the line's one-token figure is well below any step
+// measured.
+TEST(Engine, ALoneStepIsTheMeasuredOneTokenStep) {
+  const StepSample calib[2] = {{1, 0.020}, {64, 0.128}};
+  std::vector<StepSample> recent;
+  for (int i = 0; i < 3; ++i) recent.push_back({1, 0.020 + 0.001 * i});
+  for (int i = 0; i < 4; ++i) recent.push_back({11, 0.022});
+  for (int i = 0; i < 3; ++i) recent.push_back({40, 0.080});
+  StepModel line;  // the least-squares line through those points
+  {
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    auto add = [&](const StepSample& p) {
+      sw += 1;
+      sx += p.tokens;
+      sy += p.seconds;
+      sxx += 1.0 * p.tokens * p.tokens;
+      sxy += p.tokens * p.seconds;
+    };
+    for (const auto& p : calib) add(p);
+    for (const auto& p : recent) add(p);
+    line.b = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+    line.a = (sy - line.b * sx) / sw;
+  }
+  ASSERT_LT(line.predict(1), 0.015) << "the case this rule is for: the line passes below the one-token steps";
+  EXPECT_DOUBLE_EQ(lone_step_of(calib, recent, line), 0.021) << "the median of the four one-token steps";
+  // With no one-token step measured, the line is all there is.
+  const StepSample big[2] = {{64, 0.240}, {32, 0.130}};
+  EXPECT_DOUBLE_EQ(lone_step_of(big, {}, line), line.predict(1));
 }
 
 // Each worker thread owns a slice of the planned attention scratch.

@@ -16,9 +16,11 @@ using Clock = std::chrono::steady_clock;
 
 // A free slot that lends its KV rows to a queued copy cannot be taken; it
 // becomes available when the engine has made the copy (readers drop to 0),
-// with no release to hand it on. The waiter must get it then: here within
-// a few milliseconds of the engine starting, where a 20 ms poll took ~20 ms
-// (the waiter's first poll is 20 ms after it queued, just before the start).
+// with no release to hand it on. The waiter must get it then, by that event:
+// without a `gone` callback its only timed wake-up is the safety net, a
+// second after it queued, so a hand-off well inside that second (a few
+// milliseconds in a plain build, ~9 under ThreadSanitizer) came from the
+// event. A lost wake-up shows as a second.
 TEST(AdmissionWait, AWaiterGetsASlotTheMomentItStopsLending) {
   auto e = test::make_engine(test::synth_model("tiny-llama", "Q8_0"), 2, 128, 1, DType::F16, 16, AttnMath::F32, 0, {},
                              /*start=*/false);
@@ -63,7 +65,7 @@ TEST(AdmissionWait, AWaiterGetsASlotTheMomentItStopsLending) {
     e->stop();
   }
   std::sort(ms.begin(), ms.end());
-  EXPECT_LT(ms[ms.size() / 2], 8.0) << "median ms from the end of lending to the hand-off (fastest " << ms.front()
+  EXPECT_LT(ms[ms.size() / 2], 500.0) << "median ms from the end of lending to the hand-off (fastest " << ms.front()
                                      << ", slowest " << ms.back() << ")";
 }
 

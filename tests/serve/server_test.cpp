@@ -15,6 +15,7 @@ namespace {
 using json = nlohmann::json;
 using test::chat_body;
 using test::LiveServer;
+using test::wait_until;
 
 json parse(const std::string& s) { return json::parse(s); }
 
@@ -168,12 +169,13 @@ TEST(Serve, BoundedQueueWaitsThenTimesOut) {
   auto first = std::async(std::launch::async, [&] {
     return s.client().Post("/v1/chat/completions", chat_body("one", 20, false), "application/json");
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
   auto queued = std::async(std::launch::async, [&] {
     return s.client().Post("/v1/chat/completions", chat_body("two", 5, false), "application/json");
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // The queue holds one: a third is refused at once.
+  ASSERT_TRUE(wait_until([&] { return s.server->admission().queued() == 1; }, 5));
+  // The queue holds one: a third is refused at once (the first runs for
+  // at least 20 steps of 10 ms).
   auto third = s.client().Post("/v1/chat/completions", chat_body("three", 5, false), "application/json");
   ASSERT_TRUE(third);
   EXPECT_EQ(third->status, 429);
