@@ -47,6 +47,7 @@ struct BenchFlags {
   bool json = false;
   bool bandwidth = false;
   bool no_pack = false;
+  bool sample = false;      // draw as `edgelm run` does by default instead of greedy
   std::string json_schema;  // also decode under this response_format schema (a file)
 };
 
@@ -251,10 +252,13 @@ std::vector<int32_t> random_prompt(int n, int n_vocab, uint64_t seed) {
 // Runs `k` requests at once (prompt of `prompt` tokens each, `gen` tokens out).
 // Returns {prefill seconds of the first request, aggregate decode tokens/s}.
 // `constraint`, when given, makes each request's output constraint.
+// `sample`: each stream draws with the default SamplingParams (temperature
+// 0.8, top-k 40, top-p 0.95, min-p 0.05) and its own seed; else greedy.
 std::pair<double, double> run_streams(Engine& e, int k, int prompt, int gen, uint64_t seed,
-                                      const std::function<std::shared_ptr<TokenConstraint>()>& constraint = {}) {
+                                      const std::function<std::shared_ptr<TokenConstraint>()>& constraint = {},
+                                      bool sample = false) {
   GenerateParams gp;
-  gp.sampling.temperature = 0;
+  if (!sample) gp.sampling.temperature = 0;
   gp.max_tokens = gen;
   gp.ignore_eos = true;
   std::vector<SlotRef> slots;
@@ -263,6 +267,7 @@ std::pair<double, double> run_streams(Engine& e, int k, int prompt, int gen, uin
     const SlotRef s = e.try_acquire();
     slots.push_back(s);
     if (constraint) gp.constraint = constraint();
+    gp.sampling.seed = seed + static_cast<uint64_t>(i) + 1;
     (void)e.submit(s, random_prompt(prompt, e.model().config.n_vocab, seed + static_cast<uint64_t>(i)), gp);
   }
   // Prefill ends when every stream has its first token; decode runs from
@@ -501,7 +506,7 @@ int bench(const BenchFlags& f) {
     std::tie(pp, tg) = runs_at_depth(e, f);
   } else {
     for (int r = 0; r < f.reps; ++r) {
-      auto [prefill, rate] = run_streams(e, 1, f.prompt, f.gen, 100 + static_cast<uint64_t>(r));
+      auto [prefill, rate] = run_streams(e, 1, f.prompt, f.gen, 100 + static_cast<uint64_t>(r), {}, f.sample);
       pp.push_back(f.prompt / prefill);
       tg.push_back(rate);
     }
@@ -524,7 +529,7 @@ int bench(const BenchFlags& f) {
     if (k == 1) {
       agg = tg;
     } else {
-      for (int r = 0; r < f.reps; ++r) agg.push_back(run_streams(e, k, 16, f.gen, 1000 + static_cast<uint64_t>(r * 97 + k)).second);
+      for (int r = 0; r < f.reps; ++r) agg.push_back(run_streams(e, k, 16, f.gen, 1000 + static_cast<uint64_t>(r * 97 + k), {}, f.sample).second);
     }
     arr.push_back({{"streams", k}, {"decode_tokens_per_s", median(agg)}, {"samples", agg}});
     if (!f.json) fmt::print("  {} streams: {:.1f} tokens/s aggregate ({:.1f} per stream)\n", k, median(agg), median(agg) / k);
@@ -556,6 +561,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print one JSON object");
   cmd->add_flag("--bandwidth", f->bandwidth, "Also probe memory read bandwidth and the decode limit it implies");
   cmd->add_flag("--no-pack", f->no_pack, "Keep the file's weight layout (no interleaved repacking)");
+  cmd->add_flag("--sample", f->sample,
+                "Draw tokens with edgelm run's defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, "
+                "a seed per stream) instead of greedily (--depth runs stay greedy)");
   cmd->add_option("--json-schema", f->json_schema,
                   "Also measure single-stream decode under this JSON schema (a file, as response_format's "
                   "json_schema.schema), alternating with unconstrained runs");

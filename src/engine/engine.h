@@ -434,7 +434,10 @@ class Engine {
   // slot of plan_.pinned_tokens positions (KvView).
   std::vector<int32_t> pinned_;
   KvView pinned_kv_;  // n_slots 1, ctx plan_.pinned_tokens
-  std::unique_ptr<Sampler> sampler_;
+  // One sampler per sampling thread (sampler_threads): a step's rows are
+  // drawn at once, lane k of the pool with samplers_[k].
+  std::vector<std::unique_ptr<Sampler>> samplers_;
+  std::vector<int32_t> drawn_;  // per logits row: its token, drawn in parallel (kNotDrawn: not yet)
   std::unique_ptr<Slot[]> slots_;
   std::vector<BatchToken> batch_;       // capacity reserved once
   std::vector<int> batch_slot_;         // slot of each logits row

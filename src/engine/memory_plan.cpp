@@ -77,8 +77,10 @@ MemoryPlan compute(const ModelConfig& c, const ModelWeights& w, const PlanOption
   p.scratch_layout = plan_scratch(c, w, spec);
   p.scratch = p.scratch_layout.total;
   // Sampling sorts (id, logit) candidates, keeps their probabilities and,
-  // under an output constraint, a masked copy of the row (Sampler::bytes_for).
-  p.sampler = static_cast<uint64_t>(c.n_vocab) * (sizeof(int32_t) + 3 * sizeof(float));
+  // under an output constraint, a masked copy of the row (Sampler::bytes_for):
+  // one sampler per thread that samples a step's rows (sampler_threads).
+  p.sampler = static_cast<uint64_t>(c.n_vocab) * (sizeof(int32_t) + 3 * sizeof(float)) *
+              static_cast<uint64_t>(sampler_threads(o.threads, slots));
   p.slot_state = static_cast<uint64_t>(slots) * slot_state_bytes(ctx);
   p.kv_per_token = kv_bytes_per_token(c, o.kv_type);
   p.kv_per_slot = p.kv_per_token * static_cast<uint64_t>(ctx);
@@ -165,7 +167,7 @@ std::string format_plan(const MemoryPlan& p) {
   if (p.pinned > 0)
     line("pinned prefix", p.pinned, fmt::format("{} B/token x {} tokens (system prompt)", p.kv_per_token, p.pinned_tokens));
   line("scratch", p.scratch, fmt::format("forward-pass buffers for {} tokens/step", p.step_tokens));
-  line("sampler", p.sampler, "candidate buffers and a masked copy of one vocabulary row");
+  line("sampler", p.sampler, "candidate buffers and a masked copy of one vocabulary row, per sampling thread");
   line("slot state", p.slot_state, "token history and logprobs per slot");
   if (p.extra > 0) line(p.extra_label, p.extra, "request bodies and responses of every HTTP worker (upper bound)");
   if (p.baseline > 0) line("process", p.baseline, "binary, libraries, metadata, tokenizer (measured)");

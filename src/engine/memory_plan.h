@@ -70,7 +70,7 @@ struct MemoryPlan {
 
   uint64_t weights = 0;        // tensor bytes the forward pass reads (mmapped)
   uint64_t scratch = 0;        // forward-pass buffers (ScratchLayout::total)
-  uint64_t sampler = 0;        // candidate buffers for sampling one row of logits
+  uint64_t sampler = 0;        // candidate buffers for sampling a row of logits, per sampling thread
   uint64_t slot_state = 0;     // slots x slot_state_bytes(ctx)
   uint64_t kv_per_token = 0;
   uint64_t kv_per_slot = 0;
@@ -90,6 +90,10 @@ struct MemoryPlan {
   int max_slots_at_ctx = 0;
   int max_ctx_at_slots = 0;
 };
+
+// Threads that sample a step's rows at once, each with its own Sampler: one
+// per thread of the engine's pool, at most one per slot.
+inline int sampler_threads(int threads, int slots) { return threads < slots ? std::max(threads, 1) : std::max(slots, 1); }
 
 // Builds the plan. With opts.slots == 0 it picks the most slots that fit (at
 // least 1, and then `fits()` tells whether even one does).

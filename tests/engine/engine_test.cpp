@@ -179,6 +179,35 @@ TEST(Engine, ConcurrentSlotsMatchSolo) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i], solo[i]) << "request " << i;
 }
 
+// The same with random sampling (top-k, top-p, min-p, a seed): a step's rows
+// are drawn at once by the pool's threads, each with its own sampler, and
+// every request's tokens still come from its own generator alone.
+TEST(Engine, ConcurrentSampledSlotsMatchSolo) {
+  auto path = synth_model("tiny-qwen2", "Q8_0");
+  auto e = make_engine(path, 4, 128, /*threads=*/2);
+  ASSERT_TRUE(e);
+  std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {1, 100, 200, 300, 400, 17}, {1, 42}, {1, 7, 7, 7, 7}};
+  GenerateParams p = greedy(32);
+  p.ignore_eos = true;
+  p.sampling.temperature = 1.2f;
+  p.sampling.top_k = 40;
+  p.sampling.top_p = 0.95f;
+  p.sampling.min_p = 0.01f;
+  p.sampling.seed = 7;
+  std::vector<std::vector<int32_t>> solo;
+  for (auto& pr : prompts) solo.push_back(generate(*e, pr, p));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<SlotRef> refs;
+    for (size_t i = 0; i < prompts.size(); ++i) refs.push_back(e->try_acquire());
+    std::vector<std::vector<int32_t>> together(prompts.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      threads.emplace_back([&, i] { together[i] = generate(*e, prompts[i], p, nullptr, refs[i]); });
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i], solo[i]) << "round " << round << ", request " << i;
+  }
+}
+
 // The idle fit (the promises' yardstick) learns only from steps taken with
 // at most one slot busy; the step fit learns from every step.
 TEST(Engine, TheIdleStepFitCountsOnlyStepsTakenAlone) {
