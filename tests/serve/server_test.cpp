@@ -146,7 +146,8 @@ TEST(Serve, AFreedSlotIsTakenByTheNextRequest) {
     auto c = s.client();
     return c.Post("/v1/chat/completions", chat_body("one", 30, false), "application/json");
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Admitted (30 tokens of 10 ms steps follow).
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
   auto c = s.client();
   auto busy = c.Post("/v1/chat/completions", chat_body("two", 5, false), "application/json");
   ASSERT_TRUE(busy);
@@ -193,8 +194,9 @@ void expect_two_streams_then_throughput_429(LiveServer& s) {
   auto b = std::async(std::launch::async, [&] {
     return s.client().Post("/v1/completions", R"({"prompt":"b","max_tokens":40,"ignore_eos":true})", "application/json");
   });
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 2; }, 5));
+  // A few steps with both streams, measured by the step-time model.
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  EXPECT_EQ(s.engine->active_slots(), 2);
   auto third = s.client().Post("/v1/completions", R"({"prompt":"c","max_tokens":5})", "application/json");
   ASSERT_TRUE(third);
   EXPECT_EQ(third->status, 429) << third->body;
@@ -304,7 +306,7 @@ TEST(Serve, DisconnectWhileQueuedLeaksNothing) {
   auto first = std::async(std::launch::async, [&] {
     return s.client().Post("/v1/chat/completions", chat_body("one", 30, false), "application/json");
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
   const std::string body = chat_body("two", 200, false);
   test::post_and_hang_up(s.port, "/v1/chat/completions", body, 100);
   EXPECT_EQ(first.get()->status, 200);
