@@ -128,7 +128,7 @@ void bm_attn_accumulate(benchmark::State& st, Isa isa) {
   }
 }
 
-void register_all() {
+void register_act_attn() {
   for (Isa isa : supported_isas()) {
     const std::string tag = "/" + std::string(isa_name(isa));
     // Weight types standing for their activation formats: Q8_0, Q8_1, Q8_K.
@@ -149,6 +149,6 @@ void register_all() {
 }
 
 // Registered before main runs (kernels_bench.cpp's main parses the flags).
-[[maybe_unused]] const bool kRegistered = (register_all(), true);
+[[maybe_unused]] const bool kRegistered = (register_act_attn(), true);
 
 }  // namespace

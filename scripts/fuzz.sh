@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh clang libclang-rt-14-dev
 SECS="${FUZZ_SECONDS:-60}"
 BUILD=build-fuzz
-CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGELM_FUZZ=ON \
+CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGELM_FUZZ=ON -DCMAKE_UNITY_BUILD=ON \
   -DEDGELM_BUILD_TESTS=ON -DEDGELM_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_request fuzz_template fuzz_schema
 

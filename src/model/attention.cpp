@@ -8,10 +8,6 @@ namespace edgelm {
 
 namespace {
 
-// Below this many multiply-adds the calling thread does it alone (as in
-// forward.cpp: waking the workers costs more).
-constexpr int64_t kMinParallelWork = 64 * 1024;
-
 size_t pad16(size_t n) { return (n + 15) / 16 * 16; }
 
 // A worker's scratch, carved as attn_tile_thread_floats counts it.

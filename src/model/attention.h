@@ -32,6 +32,12 @@
 
 namespace edgelm {
 
+// Work below this many bytes of weights (or multiply-adds) runs on the
+// calling thread: waking the others costs more than it saves, and far more
+// when the cores are shared with other processes. Attention and the forward
+// pass both use it.
+inline constexpr int64_t kMinParallelWork = 64 * 1024;
+
 // Where each slot's keys and values live. Each (slot, layer) owns a block
 // of ctx positions; inside it every KV head's keys are contiguous over
 // positions, then every head's values:

@@ -8,11 +8,6 @@ namespace edgelm {
 
 namespace {
 
-// Work below this many bytes of weights (or multiply-adds) runs on the
-// calling thread: waking the others costs more than it saves, and far more
-// when the cores are shared with other processes.
-constexpr int64_t kMinParallelWork = 64 * 1024;
-
 // The work split of a matrix product: enough row chunks that both cores stay
 // busy and a slow chunk does not idle the other, each a whole number of
 // 16-row groups so SIMD kernels that tile rows see full tiles.

@@ -56,17 +56,17 @@ double max_rel_diff(const float* a, const std::vector<float>& b) {
   return mx / std::max(scale, 1e-9);
 }
 
-struct Case {
+struct ForwardCase {
   std::string shape, ftype;
   double tol;
 };
 
-class ForwardVsReference : public ::testing::TestWithParam<Case> {};
+class ForwardVsReference : public ::testing::TestWithParam<ForwardCase> {};
 
 // Prefill of 7 tokens in one step, then 5 decode steps, against the plain
 // reference fed one token at a time.
 TEST_P(ForwardVsReference, MatchesPlainImplementation) {
-  const Case& cs = GetParam();
+  const ForwardCase& cs = GetParam();
   auto m = synth(cs.shape, cs.ftype);
   Harness h(*m, 1, 64, 16, DType::F32, 2);
   test::ReferenceModel ref(*m);
@@ -92,21 +92,21 @@ TEST_P(ForwardVsReference, MatchesPlainImplementation) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, ForwardVsReference,
-    ::testing::Values(Case{"tiny-llama", "F32", 1e-4}, Case{"tiny-qwen2", "F32", 1e-4},
-                      Case{"tiny-qwen3", "F32", 1e-4}, Case{"tiny-llama", "F16", 1e-3},
+    ::testing::Values(ForwardCase{"tiny-llama", "F32", 1e-4}, ForwardCase{"tiny-qwen2", "F32", 1e-4},
+                      ForwardCase{"tiny-qwen3", "F32", 1e-4}, ForwardCase{"tiny-llama", "F16", 1e-3},
                       // The reference rounds activations through the same 8-bit
                       // formats, but sums in another order (and Q4_1/Q5_1 round
                       // the activation sums to f16 as the format does): values
                       // near a rounding boundary land on the other side and the
                       // difference compounds through the layers. A wrong scale,
                       // sign or nibble order gives errors of order 1.
-                      Case{"tiny-qwen2", "Q8_0", 3e-2}, Case{"tiny-llama", "Q8_0", 3e-2},
-                      Case{"tiny-llama", "Q4_0", 3e-2}, Case{"tiny-qwen2", "Q4_0", 3e-2},
-                      Case{"tiny-llama", "Q4_1", 3e-2}, Case{"tiny-qwen2", "Q5_0", 3e-2},
-                      Case{"tiny-llama", "Q5_1", 3e-2}, Case{"tiny-qwen3", "Q4_K_M", 3e-2},
-                      Case{"tiny-llama", "Q6_K", 3e-2}, Case{"tiny-qwen2", "Q5_K_M", 3e-2},
-                      Case{"tiny-llama", "Q3_K_M", 3e-2}, Case{"tiny-qwen3", "Q2_K", 3e-2},
-                      Case{"tiny-llama", "BF16", 1e-3}),
+                      ForwardCase{"tiny-qwen2", "Q8_0", 3e-2}, ForwardCase{"tiny-llama", "Q8_0", 3e-2},
+                      ForwardCase{"tiny-llama", "Q4_0", 3e-2}, ForwardCase{"tiny-qwen2", "Q4_0", 3e-2},
+                      ForwardCase{"tiny-llama", "Q4_1", 3e-2}, ForwardCase{"tiny-qwen2", "Q5_0", 3e-2},
+                      ForwardCase{"tiny-llama", "Q5_1", 3e-2}, ForwardCase{"tiny-qwen3", "Q4_K_M", 3e-2},
+                      ForwardCase{"tiny-llama", "Q6_K", 3e-2}, ForwardCase{"tiny-qwen2", "Q5_K_M", 3e-2},
+                      ForwardCase{"tiny-llama", "Q3_K_M", 3e-2}, ForwardCase{"tiny-qwen3", "Q2_K", 3e-2},
+                      ForwardCase{"tiny-llama", "BF16", 1e-3}),
     [](const auto& param_info) {
       std::string n = param_info.param.shape + "_" + param_info.param.ftype;
       for (char& c : n)

@@ -316,7 +316,7 @@ test::LiveServer::Options qwen_server() {
 }
 
 // A request with the two tools; `extra` (",\"key\":value,...") adds or replaces fields.
-json chat_body(const std::string& extra) {
+json tool_chat_body(const std::string& extra) {
   json b = json::parse(
       R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200,"tools":)" +
       weather_tools() + "}");
@@ -345,7 +345,7 @@ TEST(ToolServer, RequiredGivesToolCalls) {
     GTEST_SKIP() << "assets/templates/ not fetched";
   test::LiveServer s(qwen_server());
   auto r = s.client().Post("/v1/chat/completions",
-                           chat_body(R"(,"tool_choice":"required","seed":3)").dump(),
+                           tool_chat_body(R"(,"tool_choice":"required","seed":3)").dump(),
                            "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -357,7 +357,7 @@ TEST(ToolServer, RequiredGivesToolCalls) {
   // A function by name, one call only.
   r = s.client().Post(
       "/v1/chat/completions",
-      chat_body(R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})").dump(),
+      tool_chat_body(R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})").dump(),
       "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -371,7 +371,7 @@ TEST(ToolServer, StreamedToolCallsComeAsDeltas) {
   if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja")))
     GTEST_SKIP() << "assets/templates/ not fetched";
   test::LiveServer s(qwen_server());
-  json body = chat_body(R"(,"tool_choice":"required","seed":5,"stream":true)");
+  json body = tool_chat_body(R"(,"tool_choice":"required","seed":5,"stream":true)");
   auto r = s.client().Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -421,14 +421,14 @@ TEST(ToolServer, AutoOnNoiseIsContentOrCalls) {
   if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja")))
     GTEST_SKIP() << "assets/templates/ not fetched";
   test::LiveServer s(qwen_server());
-  auto r = s.client().Post("/v1/chat/completions", chat_body(R"(,"max_tokens":12)").dump(),
+  auto r = s.client().Post("/v1/chat/completions", tool_chat_body(R"(,"max_tokens":12)").dump(),
                            "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   const json m = json::parse(r->body)["choices"][0]["message"];
   EXPECT_TRUE(m["content"].is_string() || m.contains("tool_calls")) << r->body;
   // The prompt shows the tools, as the template writes them.
-  r = s.client().Post("/apply-template", chat_body("").dump(), "application/json");
+  r = s.client().Post("/apply-template", tool_chat_body("").dump(), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   // (this body's keys are sorted: nlohmann::json wrote it so, and the prompt keeps the body's
@@ -506,14 +506,14 @@ TEST(ToolServer, TemplatesWithoutToolSupportRefuseTools) {
   {
     test::LiveServer s(o);
     for (const char* extra : {"", R"(,"tool_choice":"required")"}) {
-      auto r = s.client().Post("/v1/chat/completions", chat_body(extra).dump(), "application/json");
+      auto r = s.client().Post("/v1/chat/completions", tool_chat_body(extra).dump(), "application/json");
       ASSERT_TRUE(r);
       EXPECT_EQ(r->status, 400);
       EXPECT_NE(r->body.find("does not support tools"), std::string::npos) << r->body;
     }
     // tool_choice none: the tools are not shown, so nothing is dropped.
     auto r = s.client().Post("/v1/chat/completions",
-                             chat_body(R"(,"tool_choice":"none","max_tokens":2)").dump(),
+                             tool_chat_body(R"(,"tool_choice":"none","max_tokens":2)").dump(),
                              "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
@@ -522,7 +522,7 @@ TEST(ToolServer, TemplatesWithoutToolSupportRefuseTools) {
   }
   // A hand-written format (the fixture's chatml) refuses them too.
   test::LiveServer s(test::LiveServer::Options{});
-  auto r = s.client().Post("/v1/chat/completions", chat_body("").dump(), "application/json");
+  auto r = s.client().Post("/v1/chat/completions", tool_chat_body("").dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(r->body.find("cannot show tools"), std::string::npos) << r->body;

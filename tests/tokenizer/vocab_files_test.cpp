@@ -125,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(Others, VocabFile,
 TEST(VocabFileNoVectors, LoadAndRoundTrip) {
   int tried = 0;
   for (const char* n : {"aquila", "baichuan", "gpt-neox"}) {
-    const std::string dir = test::vocab_dir();
+    const std::string dir = edgelm::test::vocab_dir();
     const std::string path = dir + "/ggml-vocab-" + n + ".gguf";
     if (dir.empty() || !std::filesystem::exists(path)) continue;
     ++tried;
