@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <thread>
 
 namespace edgelm::test {
 
@@ -18,6 +21,17 @@ std::string vocab_dir();
 
 // A path in a per-process temporary folder, removed at exit.
 std::string temp_path(const std::string& name);
+
+// Polls `f` every 5 ms until it holds (true) or `seconds` pass (false).
+inline bool wait_until(const std::function<bool()>& f, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!f()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 
 }  // namespace edgelm::test
 

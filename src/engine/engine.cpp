@@ -615,7 +615,7 @@ StepModel fit_steps(const Sample (&calib)[2], const Sample* ring, int n, uint64_
 }  // namespace
 
 double lone_step_of(std::span<const StepSample> calib, std::span<const StepSample> recent, const StepModel& fit) {
-  std::array<double, 2 * 64> one{};  // calibration + a ring of recent steps
+  std::array<double, kLoneStepSamples> one{};  // calibration + a ring of recent steps
   size_t n = 0;
   for (auto part : {calib, recent})
     for (const StepSample& s : part)
@@ -627,6 +627,8 @@ double lone_step_of(std::span<const StepSample> calib, std::span<const StepSampl
 }
 
 void Engine::record_step(int tokens, int decode_tokens, int prefill_tokens, double seconds, bool alone) {
+  static_assert(std::size(decltype(calib_){}) + kSamples <= kLoneStepSamples,
+                "lone_step_of would not see every sample");
   std::lock_guard<std::mutex> lk(stats_mu_);
   if (tokens > 0) {
     samples_[n_samples_ % kSamples] = {tokens, seconds};

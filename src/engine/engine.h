@@ -154,6 +154,8 @@ struct StepSample {
 // can pass far below the one-token steps actually measured, and every
 // promise relative to a lone stream would then be stricter than the
 // hardware allows.
+// It looks at no more than kLoneStepSamples one-token steps.
+inline constexpr size_t kLoneStepSamples = 128;
 double lone_step_of(std::span<const StepSample> calib, std::span<const StepSample> recent, const StepModel& fit);
 
 // The prompt a step serves first, as the prefill rules see it: its class,

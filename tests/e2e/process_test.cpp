@@ -163,19 +163,15 @@ TEST(Process, DrainsOnSigtermUnderLoad) {
   httplib::Client c("127.0.0.1", port);
   // Both admitted (by the server's own count), then SIGTERM; the drain has
   // begun when /ready gives it as the reason.
-  auto poll = [](const std::function<bool()>& f) {
-    for (int i = 0; i < 1000 && !f(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    return f();
-  };
-  ASSERT_TRUE(poll([&] {
+  ASSERT_TRUE(test::wait_until([&] {
     auto m = c.Get("/metrics");
     return m && m->body.find("\nedgelm_slots_busy 2\n") != std::string::npos;
-  })) << "the two streams were not admitted";
+  }, 10)) << "the two streams were not admitted";
   ASSERT_EQ(kill(p.pid, SIGTERM), 0);
-  ASSERT_TRUE(poll([&] {
+  ASSERT_TRUE(test::wait_until([&] {
     auto r = c.Get("/ready");
     return r && r->status == 503 && r->body.find("draining") != std::string::npos;
-  })) << "no drain after SIGTERM";
+  }, 10)) << "no drain after SIGTERM";
   auto refused = c.Post("/v1/completions", body(5, false), "application/json");
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 503);

@@ -133,16 +133,6 @@ struct LiveServer {
   }
 };
 
-// Polls `f` every 5 ms until it holds (true) or `seconds` pass (false).
-inline bool wait_until(const std::function<bool()>& f, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!f()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 // Connects, sends raw bytes, reads for `ms` milliseconds, then closes.
 // Returns what was read.
 inline std::string send_and_hang_up(int port, const std::string& bytes, int ms) {
