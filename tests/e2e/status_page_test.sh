@@ -99,7 +99,7 @@ screenshot() {  # url, png
   [[ -s "$2" ]] || fail "no screenshot at $2"
 }
 attr() {  # dom file, element id, attribute -> its value ("" when absent)
-  grep -o "id=\"$2\"[^>]*" "$1" | head -1 | sed -n "s/.* $3=\"\([^\"]*\)\".*/\1/p"
+  grep -ao "id=\"$2\"[^>]*" "$1" | head -1 | sed -n "s/.* $3=\"\([^\"]*\)\".*/\1/p"
 }
 reserved_sum() {  # /metrics' edgelm_memory_reserved_bytes, summed over kinds
   curl -sf "$@" | awk '/^edgelm_memory_reserved_bytes\{/ { s += $2 } END { printf "%.0f", s }'
@@ -138,7 +138,7 @@ done
 SUM=$(reserved_sum "$URL/metrics")
 [[ $SUM -gt 0 ]] || fail "no edgelm_memory_reserved_bytes in /metrics"
 browse "$URL/" "$WORK/open.html"
-grep -q '<body data-view="status"' "$WORK/open.html" || fail "the page did not show the status (no key needed)"
+grep -aq '<body data-view="status"' "$WORK/open.html" || fail "the page did not show the status (no key needed)"
 total=$(attr "$WORK/open.html" plan-total data-bytes)
 [[ "$total" == "$SUM" ]] || fail "the page's plan total is '$total', /metrics' reserved bytes sum to $SUM"
 say "plan total on the page: $total bytes = the sum of /metrics' reserved bytes"
@@ -146,11 +146,11 @@ count=$(attr "$WORK/open.html" slot-count data-count)
 [[ "$count" == 2 ]] || fail "the page shows $count slots, the server has 2"
 shown_busy=$(attr "$WORK/open.html" slot-count data-busy)
 [[ "$shown_busy" == 2 ]] || fail "the page shows $shown_busy busy slots while both streams run"
-rows=$(grep -o '<tr data-slot="[0-9]*" data-state="[a-z]*"' "$WORK/open.html" | wc -l)
+rows=$(grep -ao '<tr data-slot="[0-9]*" data-state="[a-z]*"' "$WORK/open.html" | wc -l)
 [[ $rows -eq 2 ]] || fail "the slot table has $rows rows, not 2"
-refused=$(grep -o '<li data-reason="slots" data-count="[0-9]*"' "$WORK/open.html" | sed 's/.*data-count="\([0-9]*\)"/\1/')
+refused=$(grep -ao '<li data-reason="slots" data-count="[0-9]*"' "$WORK/open.html" | sed 's/.*data-count="\([0-9]*\)"/\1/')
 [[ -n "$refused" && "$refused" -ge 1 ]] || fail "the page does not show the refusal by its reason (slots)"
-grep -q 'data-series="refused: slots"' "$WORK/open.html" || fail "the requests chart has no 'refused: slots' series"
+grep -aq 'data-series="refused: slots"' "$WORK/open.html" || fail "the requests chart has no 'refused: slots' series"
 say "slots: $count ($shown_busy busy), refused for slots: $refused"
 # STATUS_LOAD_SECONDS=N: N seconds of load (three clients looping on the two
 # slots, so some are refused) before the screenshot, for a picture of a busy
@@ -215,7 +215,7 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$KURL/status")
 code=$(curl -s -o /dev/null -w '%{http_code}' "$KURL/")
 [[ $code == 200 ]] || fail "GET / without the key answered $code, not 200"
 browse "$KURL/" "$WORK/nokey.html"
-grep -q '<body data-view="health"' "$WORK/nokey.html" || fail "without the key the page should show only health"
+grep -aq '<body data-view="health"' "$WORK/nokey.html" || fail "without the key the page should show only health"
 [[ "$(attr "$WORK/nokey.html" health data-status)" == ok ]] || fail "without the key the page does not show /health's status"
 [[ -z "$(attr "$WORK/nokey.html" plan-total data-bytes)" ]] || fail "without the key the page shows the plan"
 say "with --api-key, the page without the key shows only health"
@@ -224,12 +224,14 @@ rm -rf "$WORK/chrome"  # a fresh profile: the key must come from the address
 # The fragment also sends a first chat message: the page streams the answer
 # from /v1/chat/completions with the key.
 browse "$KURL/#key=sesame&say=Hello%20board&max_tokens=12" "$WORK/key.html"
-grep -q '<body data-view="status"' "$WORK/key.html" || fail "with the key the page did not show the status"
+grep -aq '<body data-view="status"' "$WORK/key.html" || fail "with the key the page did not show the status"
 KSUM=$(reserved_sum -H 'Authorization: Bearer sesame' "$KURL/metrics")
 total=$(attr "$WORK/key.html" plan-total data-bytes)
 [[ "$total" == "$KSUM" ]] || fail "with the key the plan total is '$total', /metrics says $KSUM"
-finish=$(grep -o 'data-role="model"[^>]*' "$WORK/key.html" | sed -n 's/.*data-finish="\([a-z]*\)".*/\1/p' | head -1)
-grep -q 'data-role="error"' "$WORK/key.html" && fail "the chat box shows an error: $(grep -o 'data-role="error".\{0,300\}' "$WORK/key.html")"
+finish=$(grep -ao 'data-role="model"[^>]*' "$WORK/key.html" | sed -n 's/.*data-finish="\([a-z]*\)".*/\1/p' | head -1)
+grep -aq 'data-role="error"' "$WORK/key.html" && fail "the chat box shows an error: $(grep -ao 'data-role="error".\{0,300\}' "$WORK/key.html")"
+LC_ALL=C grep -aqP '[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]' "$WORK/key.html" &&
+  fail "the page holds raw control characters (the model's answer should show them as control pictures)"
 [[ $finish == length || $finish == stop ]] || fail "the chat box did not stream an answer to its end (finish: '$finish')"
 say "with the key (#key=...): the status, plan total $total; the chat box streamed an answer (finish_reason $finish)"
 say "PASS"
