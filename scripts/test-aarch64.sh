@@ -2,9 +2,10 @@
 # Cross-compiles the kernels and their tests for aarch64 (the edge boards'
 # architecture) and runs them under qemu's user-mode emulator, so the NEON
 # kernels are checked against the scalar reference on every CI run even
-# without an ARM machine. Only src/kernels (and the dtype table) is built:
-# the rest of edgelm would need arm64 builds of every library, and has no
-# architecture-specific code.
+# without an ARM machine. Here only src/kernels (and the dtype table) is
+# built, with GoogleTest; at the end, scripts/test-aarch64-model.sh builds the
+# whole program for aarch64 (with Debian's arm64 libraries) and holds its
+# output on real GGUF files to llama.cpp's.
 #
 #   bash scripts/test-aarch64.sh          # builds in build-aarch64/
 set -euo pipefail
@@ -86,3 +87,5 @@ run "$OUT/test-a72.log" -cpu cortex-a72 -L /usr/aarch64-linux-gnu "$OUT/edgelm_k
   --gtest_filter='GemmDispatch.*:HandChecked.*:Blocks.*:Types/RoundTrip.*:RoundTripEdge.*'
 grep -q 'supported ISAs: scalar $' "$OUT/test-a72.log" || { echo "test-aarch64: NEON chosen on a core without dotprod"; exit 1; }
 echo "test-aarch64: ok (NEON with i8mm on qemu max, NEON without on cortex-a76, scalar on cortex-a72)"
+
+bash scripts/test-aarch64-model.sh
