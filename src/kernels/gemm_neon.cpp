@@ -36,14 +36,39 @@ inline Vals nibbles(const uint8_t* qs) {
   return {as_s8(vandq_u8(q, vdupq_n_u8(0x0f))), as_s8(vshrq_n_u8(q, 4))};
 }
 
-// Nibbles plus the fifth bits of the 32-bit qh field (bit j -> element j).
-inline Vals five_bits(const uint8_t* qs, const uint8_t* qh) {
+// The fifth bits of the 32-bit qh field as byte masks (bit j -> 0xff in
+// element j): the field splat into a register, each byte spread over eight
+// lanes by a table lookup, then tested against one bit per lane.
+struct HighMasks {
+  uint8x16_t lo, hi;
+};
+inline HighMasks high_masks(const uint8_t* qh) {
   uint32_t h;
   std::memcpy(&h, qh, 4);
+  static constexpr uint8_t kSpreadLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  static constexpr uint8_t kSpreadHi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  const uint8x16_t bytes = vreinterpretq_u8_u32(vdupq_n_u32(h));
+  const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
+  return {vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(kSpreadLo)), bit),
+          vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(kSpreadHi)), bit)};
+}
+
+// Q5_1's values, 0..31: the nibble with 16 added where the fifth bit is set.
+inline Vals five_bits(const uint8_t* qs, const uint8_t* qh) {
   const Vals v = nibbles(qs);
+  const HighMasks m = high_masks(qh);
   const uint8x16_t b16 = vdupq_n_u8(0x10);
-  return {vorrq_s8(v.lo, as_s8(vandq_u8(bits_to_bytes(h & 0xffff), b16))),
-          vorrq_s8(v.hi, as_s8(vandq_u8(bits_to_bytes(h >> 16), b16)))};
+  return {vorrq_s8(v.lo, as_s8(vandq_u8(m.lo, b16))), vorrq_s8(v.hi, as_s8(vandq_u8(m.hi, b16)))};
+}
+
+// Q5_0's values, q - 16 in -16..15: where the fifth bit is clear the value
+// is the nibble minus 16, which as a signed byte is the nibble with its top
+// four bits set; where it is set, the nibble itself.
+inline Vals five_bits_centered(const uint8_t* qs, const uint8_t* qh) {
+  const Vals v = nibbles(qs);
+  const HighMasks m = high_masks(qh);
+  const uint8x16_t top = vdupq_n_u8(0xf0);
+  return {vorrq_s8(v.lo, as_s8(vbicq_u8(top, m.lo))), vorrq_s8(v.hi, as_s8(vbicq_u8(top, m.hi)))};
 }
 
 inline Vals minus(Vals v, int8_t off) {
@@ -60,7 +85,7 @@ struct Q5_0Fmt {
   using WB = BlockQ5_0;
   using XB = BlockQ8_0;
   static constexpr bool kAffine = false;
-  static Vals values(const WB& b) { return minus(five_bits(b.qs, b.qh), 16); }
+  static Vals values(const WB& b) { return five_bits_centered(b.qs, b.qh); }
 };
 struct Q8_0Fmt {
   using WB = BlockQ8_0;

@@ -25,14 +25,6 @@ static inline int8x16_t as_s8(uint8x16_t v) {
   return vreinterpretq_s8_u8(v);
 }
 
-// 0xff in byte l (l < 16) where bit l of the 16-bit `bits` is set.
-static inline uint8x16_t bits_to_bytes(uint32_t bits) {
-  const uint8x16_t spread = vcombine_u8(vdup_n_u8(static_cast<uint8_t>(bits)),
-                                        vdup_n_u8(static_cast<uint8_t>(bits >> 8)));
-  const uint8x16_t sel = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
-  return vtstq_u8(spread, sel);
-}
-
 // 4 f32 lanes: the operations of the kernels that are written once over a
 // vector type (float_rows.h, attn_tiles.h), as the NEON instructions they
 // were written with here before. Internal linkage, as everything above.
