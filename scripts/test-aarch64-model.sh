@@ -41,7 +41,7 @@ PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig \
   -DCMAKE_FIND_ROOT_PATH="/usr/aarch64-linux-gnu;/usr" -DCMAKE_LIBRARY_ARCHITECTURE=aarch64-linux-gnu \
   -DEDGELM_BUILD_TESTS=OFF -DEDGELM_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build "$OUT" -j"$(nproc)" --target edgelm >/dev/null
-file "$OUT/edgelm" | grep -q 'ARM aarch64' || { echo "test-aarch64-model: $OUT/edgelm is not an aarch64 binary"; exit 1; }
+aarch64-linux-gnu-readelf -h "$OUT/edgelm" | grep -q 'AArch64' || { echo "test-aarch64-model: $OUT/edgelm is not an aarch64 binary"; exit 1; }
 
 # qemu runs the binary with its default prefix (/): the multiarch libc and
 # its own loader. (`-L /usr/aarch64-linux-gnu` would pair the cross
