@@ -20,9 +20,8 @@
 # to do; it says nothing of memory bandwidth, which bounds decode on a board.
 #
 # edgelm for aarch64: EDGELM_A64=/path/to/edgelm, or unset to cross-build it
-# here into build-a64/ (needs root once: `dpkg --add-architecture arm64` and
-# the arm64 builds of libspdlog-dev libfmt-dev libpcre2-dev
-# libcpp-httplib-dev, which this script installs when missing).
+# with scripts/build-aarch64-program.sh (into build-aarch64-model/; it
+# installs Debian's arm64 libraries when missing).
 # llama.cpp for aarch64 (outside this repo, from the node-llama-cpp bundle):
 #   cmake -B a64 -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
 #     -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
@@ -44,26 +43,7 @@ LLAMA_A64="${LLAMA_A64:?set LLAMA_A64 to an aarch64 build of llama-bench}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
-build_edgelm() {
-  local pkgs=(libspdlog-dev:arm64 libfmt-dev:arm64 libpcre2-dev:arm64 libcpp-httplib-dev:arm64
-    g++-aarch64-linux-gnu qemu-user)
-  local missing=()
-  for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if ((${#missing[@]})); then
-    dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-  PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig \
-    cmake -S "$ROOT" -B "$ROOT/build-a64" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
-    -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
-    -DCMAKE_FIND_ROOT_PATH="/usr/aarch64-linux-gnu;/usr" -DCMAKE_LIBRARY_ARCHITECTURE=aarch64-linux-gnu \
-    -DEDGELM_BUILD_TESTS=OFF -DEDGELM_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
-  cmake --build "$ROOT/build-a64" -j"$(nproc)" --target edgelm >/dev/null
-  echo "$ROOT/build-a64/edgelm"
-}
-EDGELM_A64="${EDGELM_A64:-$(build_edgelm)}"
+EDGELM_A64="${EDGELM_A64:-$(bash scripts/build-aarch64-program.sh)}"
 
 # count LABEL CMD... -> "instructions executions" of one run under qemu
 count() {

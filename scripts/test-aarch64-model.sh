@@ -8,8 +8,8 @@
 #   cortex-a76 (RK3588's big core): NEON with dotprod, no i8mm;
 #   max (qemu's every-extension CPU): NEON with i8mm (smmla for prompts);
 #   cortex-a72 (a Raspberry Pi 4): no dotprod, the scalar kernels.
-# Needs the arm64 builds of edgelm's libraries (Debian multiarch): installed
-# here when missing (root, or sudo).
+# Built by scripts/build-aarch64-program.sh, which installs the arm64 builds
+# of edgelm's libraries (Debian multiarch) when missing (root, or sudo).
 #
 #   bash scripts/test-aarch64-model.sh      # builds in build-aarch64-model/
 set -euo pipefail
@@ -22,26 +22,7 @@ if [[ ! -f "$MODELS/stories260K.llamacpp.json" || ! -f "$MODELS/types/greedy.jso
   exit 0
 fi
 
-SUDO=""
-[[ $(id -u) -eq 0 ]] || SUDO=sudo
-pkgs=(g++-aarch64-linux-gnu qemu-user libspdlog-dev:arm64 libfmt-dev:arm64 libpcre2-dev:arm64
-  libcpp-httplib-dev:arm64)
-missing=()
-for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if ((${#missing[@]})); then
-  dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
-  $SUDO apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
-PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig \
-  cmake -S "$ROOT" -B "$OUT" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
-  -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
-  -DCMAKE_FIND_ROOT_PATH="/usr/aarch64-linux-gnu;/usr" -DCMAKE_LIBRARY_ARCHITECTURE=aarch64-linux-gnu \
-  -DEDGELM_BUILD_TESTS=OFF -DEDGELM_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
-cmake --build "$OUT" -j"$(nproc)" --target edgelm >/dev/null
-aarch64-linux-gnu-readelf -h "$OUT/edgelm" | grep -q 'AArch64' || { echo "test-aarch64-model: $OUT/edgelm is not an aarch64 binary"; exit 1; }
+EDGELM="$(bash scripts/build-aarch64-program.sh "$OUT")"
 
 # qemu runs the binary with its default prefix (/): the multiarch libc and
 # its own loader. (`-L /usr/aarch64-linux-gnu` would pair the cross
@@ -57,10 +38,10 @@ check() {
   local ids
   ids=$(python3 -c 'import json, sys; print(",".join(map(str, json.load(open(sys.argv[1]))[sys.argv[2]]["tokens"][:int(sys.argv[3])])))' \
     "$ref" "$(basename "$file")" "$n")
-  if ! timeout 300 qemu-aarch64 -cpu "$cpu" "$OUT/edgelm" run -m "$MODELS/$file" -p "Once upon a time" \
+  if ! timeout 300 qemu-aarch64 -cpu "$cpu" "$EDGELM" run -m "$MODELS/$file" -p "Once upon a time" \
     -n "$n" --temp 0 --no-echo --threads 2 --slots 1 --ctx 128 --memory-budget 512MiB \
     > "$got" 2> "$got.err" ||
-    ! timeout 300 qemu-aarch64 -cpu "$cpu" "$OUT/edgelm" detokenize -m "$MODELS/$file" -t "$ids" \
+    ! timeout 300 qemu-aarch64 -cpu "$cpu" "$EDGELM" detokenize -m "$MODELS/$file" -t "$ids" \
     > "$got.want" 2>> "$got.err"; then
     echo "test-aarch64-model: FAIL: edgelm on $file (-cpu $cpu) failed:"; tail -5 "$got.err"
     fails=$((fails + 1)); return
