@@ -55,6 +55,16 @@ struct BlockQ8_0 {
   int8_t qs[kQK];
 };
 
+// What the interleaved layout (pack.cpp) adds to each Q8_0 quant, modulo 256:
+// 128 on x86, where vpdpbusd takes the weight bytes unsigned; nothing on ARM,
+// where sdot takes them signed as stored. The layout is built at load time
+// and never written out, so it may differ between targets.
+#if defined(__aarch64__)
+inline constexpr uint8_t kQ8_0PackedBias = 0;
+#else
+inline constexpr uint8_t kQ8_0PackedBias = 0x80;
+#endif
+
 // Activations of Q4_1/Q5_1: x = d * q, and s = d * sum(q) (f16) so the
 // weights' minimum m contributes m * s to a dot product.
 struct BlockQ8_1 {

@@ -53,6 +53,7 @@ struct Q4_0I16 : Q4_0Layout {
 };
 
 struct Q8_0I16 : Q8_0Layout {
+  static_assert(kQ8_0PackedBias == 0x80, "vpdpbusd reads the packed quants as q + 128");
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
     for (int c = 0; c < 8; ++c) q[c] = _mm512_loadu_si512(blk + 32 + 64 * c);
   }

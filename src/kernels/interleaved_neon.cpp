@@ -12,12 +12,9 @@
 // Q4_0 splits each of its four 16-byte loads into low nibbles (elements
 // 4c..4c+3) and high nibbles (16 + 4c..), left unsigned (0..15): the integer
 // sum starts from the activation row's trailer (-8 x sum of quants), which
-// removes the offset exactly, as on x86. Q8_0's stored quants are q + 128 (the
-// unsigned bytes vpdpbusd wants); sdot is signed x signed, so one EOR with
-// 0x80 per 16 bytes gives q back and the trailer is not used. That EOR is
-// the cost of sharing the x86 layout (one instruction per sdot in decode;
-// a NEON-only signed layout would drop it but needs the packer to know the
-// ISA).
+// removes the offset exactly, as on x86. Q8_0's quants are packed as stored
+// on ARM (kQ8_0PackedBias is 0 there, where x86 adds 128 for vpdpbusd), so
+// sdot reads them directly and the trailer is not used.
 //
 // Cost per 4 rows x 32 weights, Q4_0 decode: one load, AND, shift, two sdot,
 // plus per block and quarter a conversion and two multiplies for the scales;

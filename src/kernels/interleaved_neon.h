@@ -49,9 +49,9 @@ struct Q8_0Quarter {
   static constexpr size_t kBlock = Q8_0Layout::kBlock;
   static constexpr bool kTrailer = false;
   static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
-    const uint8x16_t flip = vdupq_n_u8(0x80);
+    static_assert(kQ8_0PackedBias == 0, "NEON reads the packed quants as signed bytes");
 #pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) q[c] = as_s8(veorq_u8(load_u8(blk + 32 + 64 * c + 16 * k), flip));
+    for (int c = 0; c < 8; ++c) q[c] = load_s8(blk + 32 + 64 * c + 16 * k);
   }
 };
 

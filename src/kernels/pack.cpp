@@ -9,8 +9,9 @@
 //                  holds element 4c + j (low nibble) and 16 + 4c + j (high)
 //   Q8_0 (544 bytes = 16 x 34):
 //     d[16]        the 16 rows' f16 scales
-//     qs[8][64]    chunk c, byte 4r + j = quant 4c + j of row r, plus 128
-//                  (an unsigned byte, as vpdpbusd wants)
+//     qs[8][64]    chunk c, byte 4r + j = quant 4c + j of row r, plus
+//                  kQ8_0PackedBias (blocks.h): on x86 128, an unsigned byte
+//                  as vpdpbusd wants; on ARM the signed quant as stored
 //
 // So one 64-byte chunk (after splitting nibbles for Q4_0) holds four
 // consecutive elements of each of the 16 rows: vpdpbusd against the same four
@@ -61,7 +62,7 @@ void pack_q8_0(const BlockQ8_0* src, uint8_t* dst, int64_t nb, int64_t g) {
       std::memcpy(out + 2 * r, &blk.d, 2);
       for (int c = 0; c < 8; ++c)
         for (int j = 0; j < 4; ++j)
-          out[32 + 64 * c + 4 * r + j] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[4 * c + j]) ^ 0x80u);
+          out[32 + 64 * c + 4 * r + j] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[4 * c + j]) ^ kQ8_0PackedBias);
     }
   }
 }
@@ -73,7 +74,7 @@ int q4_0_at(const uint8_t* blk, int r, int e) {
   return (e < 16 ? (byte & 15) : (byte >> 4)) - 8;
 }
 int q8_0_at(const uint8_t* blk, int r, int e) {
-  return static_cast<int>(blk[32 + 64 * (e / 4) + 4 * r + e % 4]) - 128;
+  return static_cast<int8_t>(blk[32 + 64 * (e / 4) + 4 * r + e % 4] ^ kQ8_0PackedBias);
 }
 
 // y = sum over blocks of d_w * d_x * (integer dot), as ggml's vec_dot does.
