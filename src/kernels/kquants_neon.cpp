@@ -2,13 +2,13 @@
 // against Q8_K activations.
 //
 // A super-block is walked in groups of 16 elements (one int8x16). Each group
-// of a row is decoded once into signed values (Q3_K: q - 4, Q6_K: q - 32, the
-// others their unsigned quants, which fit int8) and sdot'ed with the group of
+// of a row is decoded once into signed values (Q3_K: q - 4, the others their
+// unsigned quants, which fit int8) and sdot'ed with the group of
 // every token of the tile; the int32 lanes are multiplied by the sub-block
 // scale (a 32-element sub-block of Q4_K/Q5_K spans two groups) and summed
 // over the super-block, then converted once and scaled by d_w * d_x. The
 // mins of Q2_K/Q4_K/Q5_K are applied through the activation's bsums in a
-// scalar per (row, token).
+// scalar per (row, token). Q6_K has its own kernel (Q6KKernel, below).
 
 #include <arm_neon.h>
 
@@ -116,27 +116,6 @@ struct Q5KFmt {
   }
 };
 
-struct Q6KFmt {
-  using WB = BlockQ6_K;
-  static constexpr int kGroupsPerScale = 1;
-  static constexpr bool kMins = false;
-  static void prepare(const WB& b, KRow* s) {
-    for (int j = 0; j < 16; ++j) s->sc[j] = b.scales[j];
-    s->d = half_to_float(b.d);
-    s->dmin = 0.0f;
-  }
-  // Group g = 128h + 32k + l0 + (0..15): nibble k / 2 of
-  // ql[64h + 32 (k % 2) + l0 ..] and bits 2k of qh[32h + l0 ..], minus 32.
-  static int8x16_t group(const WB& b, int g) {
-    const int h = g >> 3, k = (g >> 1) & 3, l0 = 16 * (g & 1);
-    const uint8x16_t ql = load_u8(b.ql + 64 * h + 32 * (k & 1) + l0);
-    const uint8x16_t qh = load_u8(b.qh + 32 * h + l0);
-    const uint8x16_t lo = vandq_u8(shr(ql, 4 * (k >> 1)), vdupq_n_u8(0x0f));
-    const uint8x16_t hi = vshlq_n_u8(vandq_u8(shr(qh, 2 * k), vdupq_n_u8(3)), 4);
-    return vsubq_s8(as_s8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
-  }
-};
-
 // sum_j mins_j * bsum_j over the 16 bsums (Q2_K) or 8 pair sums (Q4_K/Q5_K).
 template <class F>
 inline int32_t min_dot(const KRow& s, const BlockQ8_K& x) {
@@ -209,6 +188,124 @@ struct KKernel {
   }
 };
 
+
+// Q6_K has its own kernel: its quants are spread over two arrays (low
+// nibbles in ql, the two high bits in qh), and building each group of 16 on
+// its own (as Q3_K's above) costs a shift, a mask, a shift and an OR per
+// group, plus the subtraction of 32. Here one 16-byte load of qh and two of
+// ql give four groups at once (k = 0..3: elements 128h + 32k + l0 ..), each
+// in one or two bit-field inserts (sli/sri), and the quants stay unsigned
+// (0..63): the -32 is taken off once per super-block through the
+// activation's bsums, sum_g sc_g (q_g - 32) . x_g = sum_g sc_g (q_g . x_g) -
+// 32 sum_g sc_g bsum_g. Per 4 rows x 64 weights that leaves three loads,
+// eight bit operations, four sdot and four multiply-adds by the group scale
+// per row; the scales are widened to int32 once per half super-block.
+//
+// Bounds: a lane of one sdot is at most 4 x 63 x 127; times a scale (|s| <=
+// 128) and over 16 groups, about 66 M; the correction lane at most 32 x 4 x
+// 128 x 2032: both far inside int32.
+struct Q6KKernel {
+  using WB = BlockQ6_K;
+  static constexpr int kRows = 4, kToks = 2;
+  static constexpr int kDecodeRows = 4;
+
+  // Groups k = 0..3 of super-block half h at byte offset l0 (0 or 16).
+  static inline __attribute__((always_inline)) void groups(const WB& b, int h, int l0, int8x16_t (&w)[4]) {
+    const uint8x16_t ql0 = load_u8(b.ql + 64 * h + l0), ql1 = load_u8(b.ql + 64 * h + 32 + l0);
+    const uint8x16_t qh = load_u8(b.qh + 32 * h + l0), qh2 = vshrq_n_u8(qh, 2);
+    const uint8x16_t m6 = vdupq_n_u8(0x3f);
+    w[0] = as_s8(vandq_u8(vsliq_n_u8(ql0, qh, 4), m6));                  // ql0 & 15 | qh bits 0-1
+    w[1] = as_s8(vandq_u8(vsliq_n_u8(ql1, qh2, 4), m6));                 // ql1 & 15 | qh bits 2-3
+    w[2] = as_s8(vsriq_n_u8(vandq_u8(qh, vdupq_n_u8(0x30)), ql0, 4));  // ql0 >> 4 | qh bits 4-5
+    w[3] = as_s8(vsriq_n_u8(qh2, ql1, 4));                              // ql1 >> 4 | qh bits 6-7
+  }
+
+  // s + the four groups' dot products, each times its scale: group k of
+  // byte half L has scale 2k + L of the half super-block (sc0: 0..3, sc1: 4..7).
+  template <int L>
+  static inline __attribute__((always_inline)) int32x4_t scaled_dots(int32x4_t s, const int8x16_t (&w)[4],
+                                                                     const int8x16_t (&x)[4], int32x4_t sc0,
+                                                                     int32x4_t sc1) {
+    const int32x4_t z = vdupq_n_s32(0);
+    s = vmlaq_laneq_s32(s, vdotq_s32(z, w[0], x[0]), sc0, L);
+    s = vmlaq_laneq_s32(s, vdotq_s32(z, w[1], x[1]), sc0, 2 + L);
+    s = vmlaq_laneq_s32(s, vdotq_s32(z, w[2], x[2]), sc1, L);
+    return vmlaq_laneq_s32(s, vdotq_s32(z, w[3], x[3]), sc1, 2 + L);
+  }
+
+  // Quarter (H, L) of a super-block for every row and token of the tile. A
+  // row's eight scales of half H are loaded and widened here rather than
+  // kept across quarters: registers are short (the rows' sums, the
+  // activations, four groups and their temporaries).
+  template <int R, int T, int H, int L>
+  static inline __attribute__((always_inline)) void quarter(const RowPtrs<WB, R>& w, const TokPtrs<BlockQ8_K, T>& x,
+                                                            int64_t sb, int32x4_t (&isum)[R][T]) {
+    int8x16_t xv[T][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < T; ++j) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) xv[j][k] = load_s8(x.p[j][sb].qs + 128 * H + 32 * k + 16 * L);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const int16x8_t s16 = vmovl_s8(vld1_s8(w.p[i][sb].scales + 8 * H));
+      const int32x4_t sc0 = vmovl_s16(vget_low_s16(s16)), sc1 = vmovl_high_s16(s16);
+      int8x16_t wv[4];
+      groups(w.p[i][sb], H, 16 * L, wv);
+#pragma GCC unroll 4
+      for (int j = 0; j < T; ++j) isum[i][j] = scaled_dots<L>(isum[i][j], wv, xv[j], sc0, sc1);
+    }
+  }
+
+  template <int R, int T>
+  static void tile(const GemmArgs& a, int64_t r, int64_t t) {
+    const RowPtrs<WB, R> w(a, r);
+    const TokPtrs<BlockQ8_K, T> x(a, t);
+    float32x4_t acc[R][T];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
+    }
+
+    const int64_t nb = a.n / kQK_K;
+    for (int64_t sb = 0; sb < nb; ++sb) {
+      int32x4_t isum[R][T];
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        prefetch_weights(&w.p[i][sb], R * w.stride, sizeof(WB));
+        const int8x16_t sc8 = load_s8(w.p[i][sb].scales);
+        const int16x8_t s0 = vmovl_s8(vget_low_s8(sc8)), s1 = vmovl_high_s8(sc8);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; ++j) {
+          const int16x8_t b0 = vld1q_s16(x.p[j][sb].bsums), b1 = vld1q_s16(x.p[j][sb].bsums + 8);
+          int32x4_t c = vmull_s16(vget_low_s16(s0), vget_low_s16(b0));
+          c = vmlal_high_s16(c, s0, b0);
+          c = vmlal_s16(c, vget_low_s16(s1), vget_low_s16(b1));
+          c = vmlal_high_s16(c, s1, b1);
+          isum[i][j] = vnegq_s32(vshlq_n_s32(c, 5));  // -32 sum_g sc_g bsum_g, spread over lanes
+        }
+      }
+      quarter<R, T, 0, 0>(w, x, sb, isum);
+      quarter<R, T, 0, 1>(w, x, sb, isum);
+      quarter<R, T, 1, 0>(w, x, sb, isum);
+      quarter<R, T, 1, 1>(w, x, sb, isum);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const float dw = half_to_float(w.p[i][sb].d);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; ++j)
+          acc[i][j] = vfmaq_n_f32(acc[i][j], vcvtq_f32_s32(isum[i][j]), dw * x.p[j][sb].d);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < T; ++j) a.y[(t + j) * a.ldy + r + i] = vaddvq_f32(acc[i][j]);
+    }
+  }
+};
+
 }  // namespace
 
 void register_kquants_neon(Backend& be) {
@@ -216,7 +313,7 @@ void register_kquants_neon(Backend& be) {
   be.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<KKernel<Q3KFmt>>;
   be.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<KKernel<Q4KFmt>>;
   be.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<KKernel<Q5KFmt>>;
-  be.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<KKernel<Q6KFmt>>;
+  be.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KKernel>;
 }
 
 }  // namespace edgelm::kernels

@@ -85,6 +85,7 @@ void run_tiles(const GemmArgs& a, int64_t r0, int64_t r1) {
 // past the end of the matrix are harmless: they never fault.
 inline void prefetch_weights(const void* p, size_t ahead, int bytes) {
   const char* c = static_cast<const char*>(p) + ahead;
+#pragma GCC unroll 8
   for (int off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, kPrefetchLocality);
 }
 
