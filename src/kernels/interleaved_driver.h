@@ -44,6 +44,10 @@ struct Q4_0Layout {
   static constexpr size_t kBlock = 16 * sizeof(BlockQ4_0);
   static constexpr int act_offset(int c) { return c < 4 ? 4 * c : 16 + 4 * (c - 4); }
 };
+struct Q5_0Layout {  // Q4_0's chunks, then the fifth bits (pack.cpp); NEON only
+  static constexpr size_t kBlock = 16 * sizeof(BlockQ5_0);
+  static constexpr size_t kHigh = 32 + 4 * 64;
+};
 struct Q8_0Layout {
   static constexpr size_t kBlock = 16 * sizeof(BlockQ8_0);
   static constexpr int act_offset(int c) { return 4 * c; }

@@ -1,5 +1,5 @@
-// NEON (dotprod) gemm over the interleaved layout (pack.cpp) for Q4_0 and
-// Q8_0. The layout is the x86 one, read 16 bytes at a time: bytes
+// NEON (dotprod) gemm over the interleaved layout (pack.cpp) for Q4_0,
+// Q5_0 and Q8_0. The layout is the x86 one, read 16 bytes at a time: bytes
 // [16k, 16k + 16) of a 64-byte quant chunk are rows 4k..4k+3, four
 // consecutive elements each, which is exactly what
 // vdotq_laneq_s32(acc, w, x, lane) takes: four int32 lanes, one per row, each
@@ -66,6 +66,7 @@ struct SdotPass {
 void register_interleaved_neon(Backend& be) {
   be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16<SdotPass, Q4_0Quarter>;
   be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16<SdotPass, Q8_0Quarter>;
+  be.gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_i16<SdotPass, Q5_0Quarter>;
   if (cpu_has_i8mm()) register_interleaved_i8mm(be);
 }
 

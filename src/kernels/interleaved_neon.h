@@ -45,6 +45,28 @@ struct Q4_0Quarter {
     }
   }
 };
+// Q5_0: the nibbles as Q4_0's, and the values signed (-16..15) without a
+// trailer: a byte of the quarter's fifth-bit vector holds, for its position,
+// the inverted fifth bits of chunk c's low (bit c) and high (bit 4 + c)
+// elements (pack.cpp), so one test gives 0xff where the value is the nibble
+// minus 16, whose top four bits are exactly those of the signed value; one
+// bit-select (low) or shift-insert (high) joins it to the nibble.
+struct Q5_0Quarter {
+  static constexpr size_t kBlock = Q5_0Layout::kBlock;
+  static constexpr bool kTrailer = false;
+  static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
+    const uint8x16_t m = vdupq_n_u8(0x0F);
+    const uint8x16_t high = load_u8(blk + Q5_0Layout::kHigh + 16 * k);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const uint8x16_t v = load_u8(blk + 32 + 64 * c + 16 * k);
+      const uint8x16_t lo16 = vtstq_u8(high, vdupq_n_u8(static_cast<uint8_t>(1u << c)));
+      const uint8x16_t hi16 = vtstq_u8(high, vdupq_n_u8(static_cast<uint8_t>(16u << c)));
+      q[c] = as_s8(vbslq_u8(m, v, lo16));
+      q[c + 4] = as_s8(vsriq_n_u8(hi16, v, 4));
+    }
+  }
+};
 struct Q8_0Quarter {
   static constexpr size_t kBlock = Q8_0Layout::kBlock;
   static constexpr bool kTrailer = false;

@@ -47,7 +47,7 @@ Acts random_acts(DType wtype, int64_t n_tok, int64_t cols, std::mt19937& rng) {
 
 // The formats with an interleaved layout.
 const std::vector<DType>& packed_types() {
-  static const std::vector<DType> v = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  static const std::vector<DType> v = {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   return v;
 }
 
@@ -125,10 +125,11 @@ TEST(Interleaved, EveryIsaMatchesTheRowLayout) {
 }
 
 // Uniformly random bits: every quant, scale and minimum value occurs,
-// extremes included (Q6_K scales of -128, 6-bit scales and minimums of 63).
-TEST(Interleaved, KQuantsMatchTheRowLayoutOnRandomBits) {
+// extremes included (Q6_K scales of -128, 6-bit scales and minimums of 63,
+// Q5_0's fifth bits in every combination, -16 and 15 among its values).
+TEST(Interleaved, RandomBitsMatchTheRowLayout) {
   std::mt19937 rng(12);
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int64_t rows : {32, 64}) {
       for (int64_t cols : {256, 1536}) expect_matches_rows(t, test::random_weights(t, rows, cols, rng), rows, cols, rng);
     }
@@ -136,7 +137,7 @@ TEST(Interleaved, KQuantsMatchTheRowLayoutOnRandomBits) {
 }
 
 // The largest quants (every byte but the f16 scales set to 0xFF: Q4_0 and
-// Q4_K nibbles of 15, Q5_K 31, Q6_K 63, the largest 6-bit scales) against
+// Q4_K nibbles of 15, Q5_0 15, Q5_K 31, Q6_K 63, the largest 6-bit scales) against
 // activations of +127 or -127 everywhere: the sums the AVX2 kernels keep in
 // 16 bits reach their bound (8 x 2 x 15 x 127 = 30480 for Q4_0 and Q4_K) and
 // must not wrap.
@@ -190,6 +191,9 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
           << dtype_name(t) << " " << isa_name(isa);
       EXPECT_EQ(preferred_layout(isa, t, 1530, 1536), Layout::Rows);
     }
+    // Q5_0's fifth bits are packed for NEON's byte tests; x86 reads rows.
+    EXPECT_EQ(preferred_layout(isa, DType::Q5_0, 896, 896), isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
+        << isa_name(isa);
     EXPECT_EQ(preferred_layout(isa, DType::Q4_0, 1530, 1536), Layout::Rows);  // rows not a multiple of 16
     EXPECT_EQ(preferred_layout(isa, DType::Q3_K, 1536, 1536), Layout::Rows);  // no interleaved kernel
   }
@@ -207,12 +211,13 @@ TEST(Interleaved, ReportsNeonI8mm) {
 #endif
 }
 
-// Q4_0/Q8_0 only move bytes; the K formats' unpacked scales cost 64 bytes per
+// Q4_0/Q5_0/Q8_0 keep their size; the K formats' unpacked scales cost 64 bytes per
 // group and super-block (Q4_K, Q5_K) or nothing (Q6_K).
 TEST(Interleaved, PackedSizes) {
   for (DType t : packed_types()) EXPECT_EQ(packed_bytes(t, Layout::Rows, 48, 1536), row_bytes(t, 1536) * 48);
   EXPECT_EQ(packed_bytes(DType::Q4_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_0, 1536) * 48);
   EXPECT_EQ(packed_bytes(DType::Q8_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q8_0, 1536) * 48);
+  EXPECT_EQ(packed_bytes(DType::Q5_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_0, 1536) * 48);
   EXPECT_EQ(packed_bytes(DType::Q4_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_K, 1536) * 48 + 3 * 6 * 64);
   EXPECT_EQ(packed_bytes(DType::Q5_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_K, 1536) * 48 + 3 * 6 * 64);
   EXPECT_EQ(packed_bytes(DType::Q6_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q6_K, 1536) * 48);
