@@ -13,6 +13,7 @@
 #include <arm_neon.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
@@ -206,8 +207,8 @@ struct KKernel {
 // 128 x 2032: both far inside int32.
 struct Q6KKernel {
   using WB = BlockQ6_K;
-  static constexpr int kRows = 4, kToks = 2;
-  static constexpr int kDecodeRows = 4;
+  static constexpr int kRows = 2, kToks = 4;
+  static constexpr int kDecodeRows = 2;
 
   // Groups k = 0..3 of super-block half h at byte offset l0 (0 or 16).
   static inline __attribute__((always_inline)) void groups(const WB& b, int h, int l0, int8x16_t (&w)[4]) {
@@ -306,13 +307,145 @@ struct Q6KKernel {
   }
 };
 
+
+// Q4_K and Q5_K have their own kernel too, for the same reason as Q6_K: the
+// generic one above keeps a row's scales in a KRow array, which GCC's -O3
+// peels into scalars and spills (1.06 instructions a weight for Q5_K, 0.71
+// for Q4_K, per decode call under qemu). Here a row's eight scales are two
+// int32x4 (unpacked four bytes at a time, kquant_scales.h) and each
+// sub-block's dot product is added times its scale by mla by lane; the
+// minimums meet the activation's bsums (pairs of 16, one per sub-block) once
+// per super-block and go straight into the float sum. Per row and 64
+// weights: two loads, two AND and two shifts for the nibbles (Q5_K: a shift,
+// an AND and an OR more per vector for the fifth bit), four sdot, two
+// multiply-adds.
+//
+// Bounds: a lane of a sub-block's two sdot is at most 2 x 4 x 31 x 127, times
+// a scale of at most 63 and over 8 sub-blocks, under 16 M.
+template <class WB>
+struct Q45KKernel {
+  static constexpr bool kFifth = std::is_same_v<WB, BlockQ5_K>;
+  static constexpr int kRows = 2, kToks = 4;
+  static constexpr int kDecodeRows = 2;
+
+  // Bit 4 of each byte = bit B of h (B known at compile time), the rest 0.
+  template <int B>
+  static inline __attribute__((always_inline)) uint8x16_t bit_to_16(uint8x16_t h) {
+    uint8x16_t v;
+    if constexpr (B < 4) {
+      v = vshlq_n_u8(h, 4 - B);
+    } else if constexpr (B == 4) {
+      v = h;
+    } else {
+      v = vshrq_n_u8(h, B - 4);
+    }
+    return vandq_u8(v, vdupq_n_u8(0x10));
+  }
+
+  // s + sub-blocks 2M and 2M + 1 (elements 64M .. 64M + 63) of one row
+  // against one token, each times its scale (sc0: sub-blocks 0..3, sc1: 4..7).
+  template <int M>
+  static inline __attribute__((always_inline)) int32x4_t pair(int32x4_t s, const int8x16_t (&w)[4],
+                                                              const int8x16_t (&x)[4], int32x4_t sc0,
+                                                              int32x4_t sc1) {
+    const int32x4_t z = vdupq_n_s32(0);
+    const int32x4_t lo = vdotq_s32(vdotq_s32(z, w[0], x[0]), w[1], x[1]);
+    const int32x4_t hi = vdotq_s32(vdotq_s32(z, w[2], x[2]), w[3], x[3]);
+    const int32x4_t sc = M < 2 ? sc0 : sc1;
+    s = vmlaq_laneq_s32(s, lo, sc, (2 * M) % 4);
+    return vmlaq_laneq_s32(s, hi, sc, (2 * M + 1) % 4);
+  }
+
+  template <int R, int T, int M>
+  static inline __attribute__((always_inline)) void step(const RowPtrs<WB, R>& w, const TokPtrs<BlockQ8_K, T>& x,
+                                                         int64_t sb, const int32x4_t (&sc)[R][2],
+                                                         int32x4_t (&isum)[R][T]) {
+    int8x16_t xv[T][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < T; ++j) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) xv[j][k] = load_s8(x.p[j][sb].qs + 64 * M + 16 * k);
+    }
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const WB& b = w.p[i][sb];
+      const uint8x16_t q0 = load_u8(b.qs + 32 * M), q1 = load_u8(b.qs + 32 * M + 16);
+      uint8x16_t v[4] = {vandq_u8(q0, m4), vandq_u8(q1, m4), vshrq_n_u8(q0, 4), vshrq_n_u8(q1, 4)};
+      if constexpr (kFifth) {
+        const uint8x16_t h0 = load_u8(b.qh), h1 = load_u8(b.qh + 16);
+        v[0] = vorrq_u8(v[0], bit_to_16<2 * M>(h0));
+        v[1] = vorrq_u8(v[1], bit_to_16<2 * M>(h1));
+        v[2] = vorrq_u8(v[2], bit_to_16<2 * M + 1>(h0));
+        v[3] = vorrq_u8(v[3], bit_to_16<2 * M + 1>(h1));
+      }
+      const int8x16_t wv[4] = {as_s8(v[0]), as_s8(v[1]), as_s8(v[2]), as_s8(v[3])};
+#pragma GCC unroll 4
+      for (int j = 0; j < T; ++j) isum[i][j] = pair<M>(isum[i][j], wv, xv[j], sc[i][0], sc[i][1]);
+    }
+  }
+
+  template <int R, int T>
+  static void tile(const GemmArgs& a, int64_t r, int64_t t) {
+    const RowPtrs<WB, R> w(a, r);
+    const TokPtrs<BlockQ8_K, T> x(a, t);
+    float32x4_t acc[R][T];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
+    }
+    const int64_t nb = a.n / kQK_K;
+    for (int64_t sb = 0; sb < nb; ++sb) {
+      int16x8_t pairs[T];  // the activation's sums over each sub-block of 32
+#pragma GCC unroll 4
+      for (int j = 0; j < T; ++j) pairs[j] = vpaddq_s16(vld1q_s16(x.p[j][sb].bsums), vld1q_s16(x.p[j][sb].bsums + 8));
+      int32x4_t sc[R][2];
+      int32x4_t isum[R][T];
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const WB& b = w.p[i][sb];
+        prefetch_weights(&b, R * w.stride, sizeof(WB));
+        uint64_t sc8, mn8;
+        unpack_q4k_scale_words(b.scales, &sc8, &mn8);
+        const int16x8_t s16 = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(sc8)));
+        const int16x8_t m16 = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn8)));
+        sc[i][0] = vmovl_s16(vget_low_s16(s16));
+        sc[i][1] = vmovl_high_s16(s16);
+        const float dmin = half_to_float(b.dmin);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; ++j) {
+          const int32x4_t mins = vmlal_high_s16(vmull_s16(vget_low_s16(m16), vget_low_s16(pairs[j])), m16, pairs[j]);
+          acc[i][j] = vfmsq_n_f32(acc[i][j], vcvtq_f32_s32(mins), dmin * x.p[j][sb].d);
+          isum[i][j] = vdupq_n_s32(0);
+        }
+      }
+      step<R, T, 0>(w, x, sb, sc, isum);
+      step<R, T, 1>(w, x, sb, sc, isum);
+      step<R, T, 2>(w, x, sb, sc, isum);
+      step<R, T, 3>(w, x, sb, sc, isum);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const float d = half_to_float(w.p[i][sb].d);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; ++j) acc[i][j] = vfmaq_n_f32(acc[i][j], vcvtq_f32_s32(isum[i][j]), d * x.p[j][sb].d);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < T; ++j) a.y[(t + j) * a.ldy + r + i] = vaddvq_f32(acc[i][j]);
+    }
+  }
+};
+
 }  // namespace
 
 void register_kquants_neon(Backend& be) {
   be.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<KKernel<Q2KFmt>>;
   be.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<KKernel<Q3KFmt>>;
-  be.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<KKernel<Q4KFmt>>;
-  be.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<KKernel<Q5KFmt>>;
+  be.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q45KKernel<BlockQ4_K>>;
+  be.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<Q45KKernel<BlockQ5_K>>;
   be.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KKernel>;
 }
 
