@@ -1,14 +1,14 @@
 // NEON (dotprod) gemm for the K formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
 // against Q8_K activations.
 //
-// A super-block is walked in groups of 16 elements (one int8x16). Each group
-// of a row is decoded once into signed values (Q3_K: q - 4, the others their
-// unsigned quants, which fit int8) and sdot'ed with the group of
-// every token of the tile; the int32 lanes are multiplied by the sub-block
-// scale (a 32-element sub-block of Q4_K/Q5_K spans two groups) and summed
-// over the super-block, then converted once and scaled by d_w * d_x. The
-// mins of Q2_K/Q4_K/Q5_K are applied through the activation's bsums in a
-// scalar per (row, token). Q6_K has its own kernel (Q6KKernel, below).
+// Q2_K and Q3_K share a generic kernel (KKernel): a super-block is walked in
+// groups of 16 elements (one int8x16). Each group of a row is decoded once
+// into signed values (Q3_K: q - 4, Q2_K its unsigned quants) and sdot'ed with
+// the group of every token of the tile; the int32 lanes are multiplied by
+// the group's scale and summed over the super-block, then converted once and
+// scaled by d_w * d_x. Q2_K's mins are applied through the activation's
+// bsums in a scalar per (row, token). Q6_K (Q6KKernel) and Q4_K/Q5_K
+// (Q45KKernel) have kernels of their own, below.
 
 #include <arm_neon.h>
 
@@ -26,11 +26,11 @@ namespace {
 
 using namespace neon;
 
-// Per-row state of one super-block: scales per scale unit (16 groups of 16 or
-// 8 sub-blocks of 32), and mins (for formats that have them).
+// Per-row state of one super-block: scales per group of 16, and mins (for
+// formats that have them).
 struct KRow {
   int32_t sc[16];
-  int16x8_t mins[2];  // Q2_K: 16 mins; Q4_K/Q5_K: 8 mins in mins[0]
+  int16x8_t mins[2];  // Q2_K: 16 mins
   float d, dmin;
 };
 
@@ -82,56 +82,16 @@ struct Q3KFmt {
   }
 };
 
-inline void q4k_prepare(const uint8_t* scales, uint16_t d, uint16_t dmin, KRow* s) {
-  uint8_t sc[8], mn[8];
-  unpack_q4k_scales(scales, sc, mn);
-  for (int j = 0; j < 8; ++j) s->sc[j] = sc[j];
-  s->mins[0] = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
-  s->d = half_to_float(d);
-  s->dmin = half_to_float(dmin);
-}
-
-struct Q4KFmt {
-  using WB = BlockQ4_K;
-  static constexpr int kGroupsPerScale = 2;
-  static constexpr bool kMins = true;
-  static void prepare(const WB& b, KRow* s) { q4k_prepare(b.scales, b.d, b.dmin, s); }
-  // Sub-block j = g / 2: nibble j % 2 of qs[32 (j / 2) + l0 ..].
-  static int8x16_t group(const WB& b, int g) {
-    const int j = g >> 1, l0 = 16 * (g & 1);
-    return as_s8(vandq_u8(shr(load_u8(b.qs + 32 * (j >> 1) + l0), 4 * (j & 1)), vdupq_n_u8(0x0f)));
-  }
-};
-
-struct Q5KFmt {
-  using WB = BlockQ5_K;
-  static constexpr int kGroupsPerScale = 2;
-  static constexpr bool kMins = true;
-  static void prepare(const WB& b, KRow* s) { q4k_prepare(b.scales, b.d, b.dmin, s); }
-  static int8x16_t group(const WB& b, int g) {
-    const int j = g >> 1, l0 = 16 * (g & 1);
-    const uint8x16_t lo =
-        vandq_u8(shr(load_u8(b.qs + 32 * (j >> 1) + l0), 4 * (j & 1)), vdupq_n_u8(0x0f));
-    const uint8x16_t hi = vandq_u8(bit_set(load_u8(b.qh + l0), j), vdupq_n_u8(16));
-    return as_s8(vorrq_u8(lo, hi));
-  }
-};
-
-// sum_j mins_j * bsum_j over the 16 bsums (Q2_K) or 8 pair sums (Q4_K/Q5_K).
+// sum_j mins_j * bsum_j over the 16 bsums (Q2_K).
 template <class F>
 inline int32_t min_dot(const KRow& s, const BlockQ8_K& x) {
+  static_assert(F::kGroupsPerScale == 1);
   const int16x8_t b0 = vld1q_s16(x.bsums), b1 = vld1q_s16(x.bsums + 8);
-  if constexpr (F::kGroupsPerScale == 2) {
-    const int16x8_t pairs = vpaddq_s16(b0, b1);
-    return vaddvq_s32(vmlal_s16(vmull_s16(vget_low_s16(s.mins[0]), vget_low_s16(pairs)),
-                                vget_high_s16(s.mins[0]), vget_high_s16(pairs)));
-  } else {
-    int32x4_t acc = vmull_s16(vget_low_s16(s.mins[0]), vget_low_s16(b0));
-    acc = vmlal_s16(acc, vget_high_s16(s.mins[0]), vget_high_s16(b0));
-    acc = vmlal_s16(acc, vget_low_s16(s.mins[1]), vget_low_s16(b1));
-    acc = vmlal_s16(acc, vget_high_s16(s.mins[1]), vget_high_s16(b1));
-    return vaddvq_s32(acc);
-  }
+  int32x4_t acc = vmull_s16(vget_low_s16(s.mins[0]), vget_low_s16(b0));
+  acc = vmlal_s16(acc, vget_high_s16(s.mins[0]), vget_high_s16(b0));
+  acc = vmlal_s16(acc, vget_low_s16(s.mins[1]), vget_low_s16(b1));
+  acc = vmlal_s16(acc, vget_high_s16(s.mins[1]), vget_high_s16(b1));
+  return vaddvq_s32(acc);
 }
 
 template <class F>
