@@ -150,6 +150,25 @@ struct KKernel {
 };
 
 
+// The float sums of an R x T tile: zeroed, then each lane sum stored to its
+// output (the K kernels with their own layout of the super-block, below).
+template <int R, int T>
+inline void zero_sums(float32x4_t (&acc)[R][T]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
+  }
+}
+template <int R, int T>
+inline void store_sums(const GemmArgs& a, int64_t r, int64_t t, const float32x4_t (&acc)[R][T]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < T; ++j) a.y[(t + j) * a.ldy + r + i] = vaddvq_f32(acc[i][j]);
+  }
+}
+
 // Q6_K has its own kernel: its quants are spread over two arrays (low
 // nibbles in ql, the two high bits in qh), and building each group of 16 on
 // its own (as Q3_K's above) costs a shift, a mask, a shift and an OR per
@@ -158,7 +177,7 @@ struct KKernel {
 // in one or two bit-field inserts (sli/sri), and the quants stay unsigned
 // (0..63): the -32 is taken off once per super-block through the
 // activation's bsums, sum_g sc_g (q_g - 32) . x_g = sum_g sc_g (q_g . x_g) -
-// 32 sum_g sc_g bsum_g. Per 4 rows x 64 weights that leaves three loads,
+// 32 sum_g sc_g bsum_g. Per row and 64 weights that leaves three loads,
 // eight bit operations, four sdot and four multiply-adds by the group scale
 // per row; the scales are widened to int32 once per half super-block.
 //
@@ -223,11 +242,7 @@ struct Q6KKernel {
     const RowPtrs<WB, R> w(a, r);
     const TokPtrs<BlockQ8_K, T> x(a, t);
     float32x4_t acc[R][T];
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-      for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
-    }
+    zero_sums(acc);
 
     const int64_t nb = a.n / kQK_K;
     for (int64_t sb = 0; sb < nb; ++sb) {
@@ -259,11 +274,7 @@ struct Q6KKernel {
           acc[i][j] = vfmaq_n_f32(acc[i][j], vcvtq_f32_s32(isum[i][j]), dw * x.p[j][sb].d);
       }
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-      for (int j = 0; j < T; ++j) a.y[(t + j) * a.ldy + r + i] = vaddvq_f32(acc[i][j]);
-    }
+    store_sums(a, r, t, acc);
   }
 };
 
@@ -350,11 +361,7 @@ struct Q45KKernel {
     const RowPtrs<WB, R> w(a, r);
     const TokPtrs<BlockQ8_K, T> x(a, t);
     float32x4_t acc[R][T];
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-      for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
-    }
+    zero_sums(acc);
     const int64_t nb = a.n / kQK_K;
     for (int64_t sb = 0; sb < nb; ++sb) {
       int16x8_t pairs[T];  // the activation's sums over each sub-block of 32
@@ -391,11 +398,7 @@ struct Q45KKernel {
         for (int j = 0; j < T; ++j) acc[i][j] = vfmaq_n_f32(acc[i][j], vcvtq_f32_s32(isum[i][j]), d * x.p[j][sb].d);
       }
     }
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-#pragma GCC unroll 4
-      for (int j = 0; j < T; ++j) a.y[(t + j) * a.ldy + r + i] = vaddvq_f32(acc[i][j]);
-    }
+    store_sums(a, r, t, acc);
   }
 };
 

@@ -53,13 +53,18 @@ constexpr size_t kQ8_0Group = 16 * sizeof(BlockQ8_0);
 constexpr size_t kQ5_0Group = 16 * sizeof(BlockQ5_0);
 constexpr size_t kQ5_0High = 32 + 4 * 64;  // where qh[4][16] starts in a packed block
 
+// Row r's scale and nibble bytes of one block, where Q4_0 and Q5_0 keep them.
+void put_nibbles(uint8_t* out, int r, const uint16_t& d, const uint8_t* qs) {
+  std::memcpy(out + 2 * r, &d, 2);
+  for (int c = 0; c < 4; ++c) std::memcpy(out + 32 + 64 * c + 4 * r, qs + 4 * c, 4);
+}
+
 void pack_q4_0(const BlockQ4_0* src, uint8_t* dst, int64_t nb, int64_t g) {
   uint8_t* out = dst + static_cast<size_t>(g) * 16 * static_cast<size_t>(nb) * sizeof(BlockQ4_0);
   for (int64_t b = 0; b < nb; ++b, out += kQ4_0Group) {
     for (int r = 0; r < 16; ++r) {
       const BlockQ4_0& blk = src[(g * 16 + r) * nb + b];
-      std::memcpy(out + 2 * r, &blk.d, 2);
-      for (int c = 0; c < 4; ++c) std::memcpy(out + 32 + 64 * c + 4 * r, blk.qs + 4 * c, 4);
+      put_nibbles(out, r, blk.d, blk.qs);
     }
   }
 }
@@ -82,8 +87,7 @@ void pack_q5_0(const BlockQ5_0* src, uint8_t* dst, int64_t nb, int64_t g) {
   for (int64_t b = 0; b < nb; ++b, out += kQ5_0Group) {
     for (int r = 0; r < 16; ++r) {
       const BlockQ5_0& blk = src[(g * 16 + r) * nb + b];
-      std::memcpy(out + 2 * r, &blk.d, 2);
-      for (int c = 0; c < 4; ++c) std::memcpy(out + 32 + 64 * c + 4 * r, blk.qs + 4 * c, 4);
+      put_nibbles(out, r, blk.d, blk.qs);
       uint32_t h;
       std::memcpy(&h, blk.qh, 4);
       for (int j = 0; j < 4; ++j) {
