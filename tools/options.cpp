@@ -65,9 +65,9 @@ void add_engine_flags(CLI::App* cmd, PlanFlags& f) {
       ->check(CLI::IsMember({"f32", "llamacpp", "rows"}))
       ->capture_default_str();
   cmd->add_option("--isa", f.isa,
-                  "Kernels' instruction set: auto (the best this CPU has), scalar, avx2, avx512, neon; e.g. avx2 to "
-                  "see what a CPU without AVX-512 would do")
-      ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx512", "neon"}))
+                  "Kernels' instruction set: auto (the best this CPU has), scalar, avx2, avxvnni, avx512, neon; e.g. "
+                  "avxvnni to see what an N100 (AVX-VNNI without AVX-512) would do")
+      ->check(CLI::IsMember({"auto", "scalar", "avx2", "avxvnni", "avx512", "neon"}))
       ->capture_default_str();
 }
 

@@ -3,7 +3,8 @@
 //
 // A backend fills in only the entries it implements; a null entry makes
 // dispatch fall through to the next instruction set below (AVX-512 -> AVX2 ->
-// scalar, NEON -> scalar), so a format can gain a SIMD path one ISA at a time.
+// scalar, AVX-VNNI -> AVX2, NEON -> scalar), so a format can gain a SIMD path
+// one ISA at a time.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +79,7 @@ void register_attn_scalar(Backend& be);
 #if defined(EDGELM_X86)
 const Backend& avx2_backend();
 const Backend& avx512_backend();
+const Backend& avxvnni_backend();
 // Each ISA's table is filled by several files, one per kernel family.
 void register_kquants_avx2(Backend& be);
 void register_act_avx2(Backend& be);

@@ -2,8 +2,10 @@
 //
 // Resolution happens once: for every (requested ISA, type) pair the first
 // kernel found along the fallback chain is stored in a table, so a call costs
-// one indexed load. Chains: Avx512 -> Avx2 -> Scalar and Neon -> Scalar; an ISA
-// the build or the CPU lacks is replaced by the next one down its chain.
+// one indexed load. Chains: Avx512 -> Avx2 -> Scalar, AvxVnni -> Avx2 ->
+// Scalar and Neon -> Scalar; an ISA the build or the CPU lacks is replaced by
+// the next one down its chain. (AVX-512 with VNNI covers what AVX-VNNI adds,
+// so a CPU with both uses avx512.)
 
 #include <array>
 #include <cstdlib>
@@ -22,11 +24,12 @@
 namespace edgelm::kernels {
 namespace {
 
-constexpr int kNumIsas = 4;
+constexpr int kNumIsas = 5;
 
 Isa lower(Isa isa) {
   switch (isa) {
     case Isa::Avx512:
+    case Isa::AvxVnni:
       return Isa::Avx2;
     default:
       return Isa::Scalar;
@@ -58,6 +61,8 @@ bool cpu_has(Isa isa) {
       return cpu_has(Isa::Avx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    case Isa::AvxVnni:
+      return cpu_has(Isa::Avx2) && __builtin_cpu_supports("avxvnni");
 #endif
 #if defined(EDGELM_ARM64)
     // The *_neon.cpp files are built for armv8.2-a + dotprod + fp16 (RK3588's
@@ -86,6 +91,8 @@ const Backend* backend_of(Isa isa) {
       return &avx2_backend();
     case Isa::Avx512:
       return &avx512_backend();
+    case Isa::AvxVnni:
+      return &avxvnni_backend();
 #endif
 #if defined(EDGELM_ARM64)
     case Isa::Neon:
@@ -187,6 +194,8 @@ std::string_view isa_name(Isa isa) {
       return "avx512";
     case Isa::Neon:
       return "neon";
+    case Isa::AvxVnni:
+      return "avxvnni";
   }
   return "unknown";
 }
@@ -194,7 +203,8 @@ std::string_view isa_name(Isa isa) {
 const std::vector<Isa>& supported_isas() {
   static const std::vector<Isa> isas = [] {
     std::vector<Isa> v;
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+    // Weakest to strongest: best_isa() is the last.
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Neon}) {
       if (cpu_has(isa) && backend_of(isa) != nullptr) v.push_back(isa);
     }
     return v;

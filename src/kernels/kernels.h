@@ -17,7 +17,7 @@
 
 namespace edgelm::kernels {
 
-enum class Isa { Scalar, Avx2, Avx512, Neon };
+enum class Isa { Scalar, Avx2, Avx512, Neon, AvxVnni };
 std::string_view isa_name(Isa isa);
 // The instruction sets this CPU runs, best last; always contains Scalar.
 const std::vector<Isa>& supported_isas();

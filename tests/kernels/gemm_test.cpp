@@ -196,7 +196,7 @@ TEST(GemmDispatch, UnavailableIsaFallsBack) {
   Problem p = make_problem(DType::Q4_0, 256, 8, 3, 0, 8, rng, true);
   const auto want = p.run(Isa::Scalar);
   // Neon on x86 (or AVX on ARM) is not available: it must still compute.
-  for (Isa isa : {Isa::Neon, Isa::Avx512, Isa::Avx2}) {
+  for (Isa isa : {Isa::Neon, Isa::Avx512, Isa::AvxVnni, Isa::Avx2}) {
     const auto got = p.run(isa);
     for (size_t i = 0; i < got.size(); ++i) {
       if (std::isnan(want[i])) continue;
@@ -226,7 +226,11 @@ TEST(GemmDispatch, DetectsTheCpusIsas) {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+  // AVX-VNNI: CPUID leaf 7, sub-leaf 1, EAX bit 4.
+  __get_cpuid_count(7, 1, &a, &b, &c, &d);
+  const bool avxvnni = avx2 && ((a >> 4) & 1u);
   EXPECT_EQ(has(Isa::Avx2), avx2);
+  EXPECT_EQ(has(Isa::AvxVnni), avxvnni);
   EXPECT_EQ(has(Isa::Avx512), avx512);
   EXPECT_FALSE(has(Isa::Neon));
 #elif defined(__aarch64__)
@@ -234,6 +238,7 @@ TEST(GemmDispatch, DetectsTheCpusIsas) {
   EXPECT_EQ(has(Isa::Neon),
             (hw & HWCAP_ASIMD) && (hw & HWCAP_ASIMDDP) && (hw & HWCAP_FPHP) && (hw & HWCAP_ASIMDHP));
   EXPECT_FALSE(has(Isa::Avx2));
+  EXPECT_FALSE(has(Isa::AvxVnni));
 #endif
 }
 

@@ -175,19 +175,14 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
   for (Isa isa : supported_isas()) {
     // So the comparisons above ran each ISA's own kernel, not the scalar
     // reference it would fall back to.
+    const bool x86 = isa == Isa::Avx2 || isa == Isa::AvxVnni || isa == Isa::Avx512;
     const Layout l = preferred_layout(isa, DType::Q4_0, 1536, 1536);
-    if (isa == Isa::Avx512 || isa == Isa::Avx2 || isa == Isa::Neon) {
-      EXPECT_EQ(l, Layout::Interleave16) << isa_name(isa);
-    }
+    EXPECT_EQ(l, x86 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows) << isa_name(isa);
     // Q8_0's unsigned quants overflow AVX2's 16-bit pair sums: rows there.
     EXPECT_EQ(preferred_layout(isa, DType::Q8_0, 1536, 1536),
-              isa == Isa::Avx512 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows) << isa_name(isa);
-    if (isa == Isa::Scalar) {
-      EXPECT_EQ(l, Layout::Rows);
-    }
+              (x86 && isa != Isa::Avx2) || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows) << isa_name(isa);
     for (DType t : {DType::Q4_K, DType::Q6_K}) {
-      EXPECT_EQ(preferred_layout(isa, t, 1536, 8960),
-                isa == Isa::Avx512 || isa == Isa::Avx2 ? Layout::Interleave16 : Layout::Rows)
+      EXPECT_EQ(preferred_layout(isa, t, 1536, 8960), x86 ? Layout::Interleave16 : Layout::Rows)
           << dtype_name(t) << " " << isa_name(isa);
       EXPECT_EQ(preferred_layout(isa, t, 1530, 1536), Layout::Rows);
     }

@@ -1,0 +1,308 @@
+// Internal: the gemms over the interleaved layout (pack.cpp, pack_kquants.cpp)
+// on 256-bit vectors, compiled twice: interleaved_avx2.cpp (AVX2) and
+// interleaved_avxvnni.cpp (AVX2 + AVX-VNNI: Intel Alder Lake and later
+// client cores, the N100, Zen 5). The two differ only in dot_lanes.
+//
+// A group of 16 rows is taken as two halves of 8 (one 32-bit lane per row).
+// Per half and block (sub-block for the K formats) the quants are loaded and
+// decoded to unsigned bytes once (eight registers) and used for up to four
+// tokens. Per token, each quant vector meets four activation bytes broadcast
+// to every lane:
+//
+//   AVX2: vpmaddubsw (u8 x s8 -> pairs summed in 16 bits), and the 16-bit
+//     vectors added while they cannot overflow (a pair is at most 2 x 127 x
+//     the largest quant): eight for Q4_0 and Q4_K (quants < 16: 8 x 3810),
+//     four for Q5_K (< 32), two for Q6_K (< 64), then one vpmaddwd with ones
+//     widens them. Q8_0's quants (q + 128, up to 255) overflow a single pair
+//     sum, so Q8_0 keeps the row layout there.
+//   AVX-VNNI: one vpdpbusd per vector sums the four products into the int32
+//     lane; two chains of partial sums hide its latency. Q8_0 too.
+//
+// The integer sum starts from the activation row's trailer (-offset x sum of
+// quants, Q4_0/Q8_0) or from -32 x the sub-block's activation sum (Q6_K), which
+// removes the format's offset exactly; then one conversion and one
+// multiply-add apply the scales (the K formats fold the token's d into the
+// sub-block scale, and take their minimums off with the activation's
+// sub-block sums).
+//
+// The loop nest around the tiles is interleaved_driver.h's. Internal linkage,
+// as that header: only for files compiled with the AVX2 flags.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "kernels/blocks.h"
+#include "kernels/interleaved_driver.h"
+
+namespace edgelm::kernels {
+namespace {
+
+constexpr int kSubTokens = 4;  // tokens per pass over a half's decoded quants
+
+inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// init + the dot products of quant vectors q[0..N) (unsigned bytes, four per
+// row lane) with the four activation bytes at xq + off(c) for each c, one
+// int32 per row. kWiden: how many vpmaddubsw results may be added in 16 bits
+// (AVX2 only).
+template <int N, int kWiden, class Off>
+inline __attribute__((always_inline)) __m256i dot_lanes(__m256i init, const __m256i (&q)[N], const int8_t* xq,
+                                                        Off off) {
+#if defined(__AVXVNNI__)
+  static_assert(N % 2 == 0);
+  __m256i s0 = init, s1 = _mm256_setzero_si256();
+  for (int c = 0; c < N; c += 2) {
+    s0 = _mm256_dpbusd_avx_epi32(s0, q[c], bcast4(xq + off(c)));
+    s1 = _mm256_dpbusd_avx_epi32(s1, q[c + 1], bcast4(xq + off(c + 1)));
+  }
+  return _mm256_add_epi32(s0, s1);
+#else
+  static_assert(N % kWiden == 0);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i s32 = init;
+  for (int c0 = 0; c0 < N; c0 += kWiden) {
+    __m256i s16 = _mm256_maddubs_epi16(q[c0], bcast4(xq + off(c0)));
+    for (int c = c0 + 1; c < c0 + kWiden; ++c)
+      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[c], bcast4(xq + off(c))));
+    s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
+  }
+  return s32;
+#endif
+}
+
+// ---- Q4_0 and Q8_0: blocks of 32, one f16 scale per row and block ----------
+
+// Rows 8h..8h+7 of one packed block: q[0..3] are elements 4c..4c+3 (low
+// nibbles of chunk c), q[4..7] elements 16+4c.. (high).
+struct Q4_0Y : Q4_0Layout {
+  static constexpr int kWiden = 8;
+  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * c + 32 * h));
+      q[c] = _mm256_and_si256(v, m);
+      q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+    }
+  }
+};
+
+#if defined(__AVXVNNI__)
+// Q8_0 as packed on x86 (q + 128): q[c] is elements 4c..4c+3.
+struct Q8_0Y : Q8_0Layout {
+  static_assert(kQ8_0PackedBias == 0x80, "vpdpbusd reads the packed quants as q + 128");
+  static constexpr int kWiden = 1;
+  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
+    for (int c = 0; c < 8; ++c) q[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * c + 32 * h));
+  }
+};
+#endif
+
+template <class F>
+struct Legacy {
+  static constexpr int kPrefetch = 8;  // blocks ahead in the weight stream
+  static int64_t blocks(const GemmArgs& a) { return a.n / 32; }
+  static size_t group_bytes(const GemmArgs& a) { return 16 * a.w_stride; }
+
+  // Tokens xr[0..TS) against half h of one group, accumulated into acc over every block.
+  template <int TS>
+  static inline __attribute__((always_inline)) void half_pass(const uint8_t* gp, int h, int64_t nb,
+                                                              const uint8_t* const* xr, __m256 (&acc)[TS]) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
+      if (h == 0) {
+        const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kBlock);
+        for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+      __m256i q[8];
+      F::quants(blk, h, q);
+      for (int j = 0; j < TS; ++j) {
+        const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
+        const __m256i s32 = dot_lanes<8, F::kWiden>(_mm256_set1_epi32(i16_trailer(xr[j], nb, b)), q, xb->qs,
+                                                    [](int c) { return F::act_offset(c); });
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))), acc[j]);
+      }
+    }
+  }
+};
+
+// ---- the K formats: super-blocks of 256 ------------------------------------
+
+// 8 f16 values at p as floats; 8 unsigned / signed bytes at p as floats.
+inline __m256 halves8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 u8_floats8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 i8_floats8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Per token and super-block, from the activation block: d, and for Q4_K/Q5_K
+// d x the sums of its 8 sub-blocks of 32 (for the minimums); for Q6_K the
+// integer start of its 16 sub-blocks' sums.
+struct TokSide {
+  float d;
+  alignas(32) float dbsum[8];
+  alignas(32) int32_t init[16];
+};
+
+// Q4_K and Q5_K: 8 sub-blocks of 32, unsigned quants, scales and minimums.
+template <bool kFifthBit>
+struct Q45KY : Q45KLayout<kFifthBit> {
+  using L = Q45KLayout<kFifthBit>;
+  static constexpr int kWiden = kFifthBit ? 4 : 8;
+
+  static void token(const BlockQ8_K& x, TokSide& ts) {
+    ts.d = x.d;
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
+    _mm256_store_ps(ts.dbsum,
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(b, _mm256_set1_epi16(1))), _mm256_set1_ps(x.d)));
+  }
+  // Rows 8h..8h+7: d * scale_j and dmin * min_j.
+  static inline __attribute__((always_inline)) void scales(const uint8_t* sb, int h, int j, __m256& a, __m256& b) {
+    a = _mm256_mul_ps(halves8(sb + 16 * h), u8_floats8(sb + L::kScales + 16 * j + 8 * h));
+    b = _mm256_mul_ps(halves8(sb + 32 + 16 * h), u8_floats8(sb + L::kMinsAt + 16 * j + 8 * h));
+  }
+  // Vector c < 4: elements 32j + 4c + k (low nibbles); c >= 4: 32j + 16 +
+  // 4(c - 4) + k (high nibbles); Q5_K adds bit 4 from bit c of the qh bytes.
+  static inline __attribute__((always_inline)) void quants(const uint8_t* sb, int h, int j, __m256i (&q)[8]) {
+    const uint8_t* p = sb + L::kQuants + L::kSubBytes * j + 32 * h;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * c));
+      q[c] = _mm256_and_si256(v, m4);
+      q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    if constexpr (kFifthBit) {
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 256));
+      const __m256i sixteen = _mm256_set1_epi8(16);
+      for (int c = 0; c < 8; ++c) {
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << c));
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit);
+        q[c] = _mm256_or_si256(q[c], _mm256_and_si256(set, sixteen));
+      }
+    }
+  }
+};
+
+// Q6_K: 16 sub-blocks of 16, quants 0..63 with offset 32, int8 scales.
+struct Q6KY : Q6KLayout {
+  static constexpr int kWiden = 2;
+
+  static void token(const BlockQ8_K& x, TokSide& ts) {
+    ts.d = x.d;
+    for (int j = 0; j < 16; ++j) ts.init[j] = -32 * static_cast<int32_t>(x.bsums[j]);
+  }
+  static inline __attribute__((always_inline)) void scales(const uint8_t* sb, int h, int j, __m256& a, __m256& b) {
+    a = _mm256_mul_ps(halves8(sb + 16 * h), i8_floats8(sb + kScales + 16 * j + 8 * h));
+    b = a;  // unused
+  }
+  // Vector c holds elements 16j + 4c + k: low 4 bits from the low (c < 2) or
+  // high nibbles of the first two vectors, top 2 bits from bits 2c, 2c + 1 of
+  // the third, moved to bits 4-5.
+  static inline __attribute__((always_inline)) void quants(const uint8_t* sb, int h, int j, __m256i (&q)[4]) {
+    const uint8_t* p = sb + kQuants + kSubBytes * j + 32 * h;
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64));
+    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    q[0] = _mm256_or_si256(_mm256_and_si256(v0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+    q[1] = _mm256_or_si256(_mm256_and_si256(v1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), _mm256_and_si256(hb, m30));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+  }
+};
+
+template <class F>
+struct KQuant {
+  static int64_t blocks(const GemmArgs& a) { return a.n / kQK_K; }
+  static size_t group_bytes(const GemmArgs& a) { return static_cast<size_t>(blocks(a)) * F::kBytes; }
+
+  template <int TS>
+  static inline __attribute__((always_inline)) void half_pass(const uint8_t* gp, int h, int64_t nb,
+                                                              const uint8_t* const* xrow, __m256 (&acc)[TS]) {
+    const BlockQ8_K* xr[TS];
+    for (int t = 0; t < TS; ++t) xr[t] = reinterpret_cast<const BlockQ8_K*>(xrow[t]);
+    for (int64_t b = 0; b < nb; ++b) {
+      TokSide ts[TS];
+      for (int t = 0; t < TS; ++t) F::token(xr[t][b], ts[t]);
+      const uint8_t* sb = gp + static_cast<size_t>(b) * F::kBytes;
+      for (int j = 0; j < F::kSubs; ++j) {
+        if (h == 0) {  // the same part of the next super-block
+          const char* ahead = reinterpret_cast<const char*>(sb + F::kBytes + j * (F::kBytes / F::kSubs));
+          for (size_t off = 0; off < F::kBytes / F::kSubs + 63; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+        }
+        __m256i q[F::kVecs];
+        __m256 sc, mn;
+        F::scales(sb, h, j, sc, mn);
+        F::quants(sb, h, j, q);
+        for (int t = 0; t < TS; ++t) {
+          const __m256i init = F::kMins ? _mm256_setzero_si256() : _mm256_set1_epi32(ts[t].init[j]);
+          const __m256i s32 =
+              dot_lanes<F::kVecs, F::kWiden>(init, q, xr[t][b].qs, [j](int c) { return F::act_offset(j, c); });
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(sc, _mm256_set1_ps(ts[t].d)), acc[t]);
+          if constexpr (F::kMins) acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(ts[t].dbsum[j]), mn, acc[t]);
+        }
+      }
+    }
+  }
+};
+
+// ---- the tile, shared by both families ---------------------------------------
+
+// G consecutive groups of 16 rows x T tokens; gp is the first group, gb the
+// bytes of one group, y the first row's output column for token 0 of the tile.
+template <class K, int G, int T>
+void tile(const GemmArgs& a, const uint8_t* gp, size_t gb, int64_t nb, int64_t t0, float* y) {
+  for (int g = 0; g < G; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      for (int j0 = 0; j0 < T; j0 += kSubTokens) {
+        const uint8_t* xr[kSubTokens];
+        for (int j = 0; j < kSubTokens && j0 + j < T; ++j)
+          xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
+        auto run = [&]<int TS>() {
+          __m256 acc[TS];
+          for (int t = 0; t < TS; ++t) acc[t] = _mm256_setzero_ps();
+          K::template half_pass<TS>(gp + g * gb, h, nb, xr, acc);
+          for (int t = 0; t < TS; ++t) _mm256_storeu_ps(y + g * 16 + 8 * h + (t0 + j0 + t) * a.ldy, acc[t]);
+        };
+        switch (T - j0 < kSubTokens ? T - j0 : kSubTokens) {
+          case 1: run.template operator()<1>(); break;
+          case 2: run.template operator()<2>(); break;
+          case 3: run.template operator()<3>(); break;
+          default: run.template operator()<4>(); break;
+        }
+      }
+    }
+  }
+}
+
+template <class K>
+void gemm_ymm(const GemmArgs& a, int64_t r0, int64_t r1) {
+  const int64_t nb = K::blocks(a);
+  const size_t gb = K::group_bytes(a);
+  i16_drive(a, r0, r1, gb, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
+    tile<K, G, T>(a, gp, gb, nb, t0, y);
+  });
+}
+
+// The kernels both builds have.
+inline void register_ymm_common(GemmFn (&gemm_i16)[kNumDTypeSlots]) {
+  gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_ymm<Legacy<Q4_0Y>>;
+  gemm_i16[static_cast<int>(DType::Q4_K)] = gemm_ymm<KQuant<Q45KY<false>>>;
+  gemm_i16[static_cast<int>(DType::Q5_K)] = gemm_ymm<KQuant<Q45KY<true>>>;
+  gemm_i16[static_cast<int>(DType::Q6_K)] = gemm_ymm<KQuant<Q6KY>>;
+}
+
+}  // namespace
+}  // namespace edgelm::kernels
