@@ -16,7 +16,6 @@ namespace {
 Backend make_backend() {
   Backend be;
   register_ymm_common(be.gemm_i16);
-  be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_ymm<Legacy<Q8_0Y>>;
   return be;
 }
 

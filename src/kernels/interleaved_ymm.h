@@ -13,13 +13,12 @@
 //     vectors added while they cannot overflow (a pair is at most 2 x 127 x
 //     the largest quant): eight for Q4_0 and Q4_K (quants < 16: 8 x 3810),
 //     four for Q5_K (< 32), two for Q6_K (< 64), then one vpmaddwd with ones
-//     widens them. Q8_0's quants (q + 128, up to 255) overflow a single pair
-//     sum, so Q8_0 keeps the row layout there.
+//     widens them. Q8_0 takes its sign off the quants first (Q8_0Y).
 //   AVX-VNNI: one vpdpbusd per vector sums the four products into the int32
-//     lane; two chains of partial sums hide its latency. Q8_0 too.
+//     lane; two chains of partial sums hide its latency.
 //
 // The integer sum starts from the activation row's trailer (-offset x sum of
-// quants, Q4_0/Q8_0) or from -32 x the sub-block's activation sum (Q6_K), which
+// quants, Q4_0 and Q8_0 with VNNI) or from -32 x the sub-block's activation sum (Q6_K), which
 // removes the format's offset exactly; then one conversion and one
 // multiply-add apply the scales (the K formats fold the token's d into the
 // sub-block scale, and take their minimums off with the activation's
@@ -82,6 +81,7 @@ inline __attribute__((always_inline)) __m256i dot_lanes(__m256i init, const __m2
 // Rows 8h..8h+7 of one packed block: q[0..3] are elements 4c..4c+3 (low
 // nibbles of chunk c), q[4..7] elements 16+4c.. (high).
 struct Q4_0Y : Q4_0Layout {
+  static constexpr bool kSignFix = false;
   static constexpr int kWiden = 8;
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
     const __m256i m = _mm256_set1_epi8(0x0F);
@@ -93,17 +93,28 @@ struct Q4_0Y : Q4_0Layout {
   }
 };
 
-#if defined(__AVXVNNI__)
-// Q8_0 as packed on x86 (q + 128): q[c] is elements 4c..4c+3.
+// Q8_0 as packed on x86 (q + 128): q[c] is elements 4c..4c+3. With VNNI,
+// vpdpbusd takes them as they are. Without it, q + 128 (up to 255) times 127
+// overflows a vpmaddubsw pair sum, so the AVX2 build takes the signed quant
+// back (XOR 0x80) and multiplies |q| (at most 128) by x with q's sign
+// (vpsignb): pair sums at most 2 x 128 x 127 = 32512, widened after every
+// vector. That needs q and |q| per vector, so its loop runs vectors outside
+// and tokens inside (two live quant registers instead of eight).
 struct Q8_0Y : Q8_0Layout {
-  static_assert(kQ8_0PackedBias == 0x80, "vpdpbusd reads the packed quants as q + 128");
+  static_assert(kQ8_0PackedBias == 0x80, "the packed quants are q + 128");
+#if defined(__AVXVNNI__)
+  static constexpr bool kSignFix = false;
+#else
+  static constexpr bool kSignFix = true;
+#endif
   static constexpr int kWiden = 1;
+  static inline __attribute__((always_inline)) __m256i vec(const uint8_t* blk, int h, int c) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * c + 32 * h));
+  }
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
-    for (int c = 0; c < 8; ++c) q[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * c + 32 * h));
+    for (int c = 0; c < 8; ++c) q[c] = vec(blk, h, c);
   }
 };
-#endif
-
 template <class F>
 struct Legacy {
   static constexpr int kPrefetch = 8;  // blocks ahead in the weight stream
@@ -121,6 +132,26 @@ struct Legacy {
         for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
       }
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+      if constexpr (F::kSignFix) {
+        const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
+        __m256i s32[TS];
+        for (int j = 0; j < TS; ++j) s32[j] = _mm256_setzero_si256();
+        for (int c = 0; c < 8; ++c) {
+          const __m256i w = _mm256_xor_si256(F::vec(blk, h, c), bias);
+          const __m256i aw = _mm256_abs_epi8(w);
+          for (int j = 0; j < TS; ++j) {
+            const int8_t* xq = (reinterpret_cast<const BlockQ8_0*>(xr[j]) + b)->qs + F::act_offset(c);
+            const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(xq), w));
+            s32[j] = _mm256_add_epi32(s32[j], _mm256_madd_epi16(p16, ones));
+          }
+        }
+        for (int j = 0; j < TS; ++j) {
+          const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
+          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[j]), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))),
+                                   acc[j]);
+        }
+        continue;
+      }
       __m256i q[8];
       F::quants(blk, h, q);
       for (int j = 0; j < TS; ++j) {
@@ -296,9 +327,10 @@ void gemm_ymm(const GemmArgs& a, int64_t r0, int64_t r1) {
   });
 }
 
-// The kernels both builds have.
+// Every kernel of the interleaved layout on 256-bit vectors.
 inline void register_ymm_common(GemmFn (&gemm_i16)[kNumDTypeSlots]) {
   gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_ymm<Legacy<Q4_0Y>>;
+  gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_ymm<Legacy<Q8_0Y>>;
   gemm_i16[static_cast<int>(DType::Q4_K)] = gemm_ymm<KQuant<Q45KY<false>>>;
   gemm_i16[static_cast<int>(DType::Q5_K)] = gemm_ymm<KQuant<Q45KY<true>>>;
   gemm_i16[static_cast<int>(DType::Q6_K)] = gemm_ymm<KQuant<Q6KY>>;

@@ -129,7 +129,7 @@ TEST(Interleaved, EveryIsaMatchesTheRowLayout) {
 // Q5_0's fifth bits in every combination, -16 and 15 among its values).
 TEST(Interleaved, RandomBitsMatchTheRowLayout) {
   std::mt19937 rng(12);
-  for (DType t : {DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int64_t rows : {32, 64}) {
       for (int64_t cols : {256, 1536}) expect_matches_rows(t, test::random_weights(t, rows, cols, rng), rows, cols, rng);
     }
@@ -137,20 +137,22 @@ TEST(Interleaved, RandomBitsMatchTheRowLayout) {
 }
 
 // The largest quants (every byte but the f16 scales set to 0xFF: Q4_0 and
-// Q4_K nibbles of 15, Q5_0 15, Q5_K 31, Q6_K 63, the largest 6-bit scales) against
-// activations of +127 or -127 everywhere: the sums the AVX2 kernels keep in
-// 16 bits reach their bound (8 x 2 x 15 x 127 = 30480 for Q4_0 and Q4_K) and
-// must not wrap.
+// Q4_K nibbles of 15, Q5_0 15, Q5_K 31, Q6_K 63, the largest 6-bit scales;
+// then 0x80 and 0x7F: Q8_0's -128 and 127) against activations of +127 or
+// -127 everywhere: the sums the AVX2 kernels keep in 16 bits reach their
+// bound (8 x 2 x 15 x 127 = 30480 for Q4_0 and Q4_K, 2 x 128 x 127 for
+// Q8_0) and must not wrap.
 TEST(Interleaved, LargestQuantsAndActivationsDoNotOverflow) {
   std::mt19937 rng(13);
   for (DType t : packed_types()) {
+   for (uint8_t fill : {uint8_t{0xFF}, uint8_t{0x80}, uint8_t{0x7F}}) {
     const int64_t rows = 32, cols = is_kquant(t) ? 512 : 256;
     auto w = test::random_weights(t, rows, cols, rng);
     const size_t bs = dtype_info(t).type_size;
     std::vector<bool> scale_byte(bs);
     for (test::HalfField h : test::half_fields(t)) scale_byte[static_cast<size_t>(h.offset)] = scale_byte[static_cast<size_t>(h.offset) + 1] = true;
     for (size_t i = 0; i < w.size(); ++i)
-      if (!scale_byte[i % bs]) w[i] = 0xFF;
+      if (!scale_byte[i % bs]) w[i] = fill;
     const auto packed = pack(t, w, rows, cols);
     for (float sign : {1.0f, -1.0f}) {
       const int64_t n_tok = 5;
@@ -165,9 +167,10 @@ TEST(Interleaved, LargestQuantsAndActivationsDoNotOverflow) {
         const auto got = run(isa, t, Layout::Interleave16, packed, x, rows, cols, n_tok, 0, rows);
         for (size_t i = 0; i < want.size(); ++i)
           ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i])))
-              << dtype_name(t) << " " << isa_name(isa) << " sign " << sign << " at " << i;
+              << dtype_name(t) << " " << isa_name(isa) << " fill " << int{fill} << " sign " << sign << " at " << i;
       }
     }
+   }
   }
 }
 
@@ -178,9 +181,8 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
     const bool x86 = isa == Isa::Avx2 || isa == Isa::AvxVnni || isa == Isa::Avx512;
     const Layout l = preferred_layout(isa, DType::Q4_0, 1536, 1536);
     EXPECT_EQ(l, x86 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows) << isa_name(isa);
-    // Q8_0's unsigned quants overflow AVX2's 16-bit pair sums: rows there.
-    EXPECT_EQ(preferred_layout(isa, DType::Q8_0, 1536, 1536),
-              (x86 && isa != Isa::Avx2) || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows) << isa_name(isa);
+    EXPECT_EQ(preferred_layout(isa, DType::Q8_0, 1536, 1536), x86 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
+        << isa_name(isa);
     for (DType t : {DType::Q4_K, DType::Q6_K}) {
       EXPECT_EQ(preferred_layout(isa, t, 1536, 8960), x86 ? Layout::Interleave16 : Layout::Rows)
           << dtype_name(t) << " " << isa_name(isa);
