@@ -34,7 +34,7 @@ OUT="$(cd "$OUT" && pwd)"
 list="$OUT/objects.txt"
 : > "$list"
 for f in src/kernels/*.cpp src/core/dtype.cpp bench/aarch64_gemm_count.cpp; do
-  case "$f" in *_avx2.cpp | *_avx512.cpp) continue ;; esac
+  case "$f" in *_avx2.cpp | *_avxvnni.cpp | *_avx512.cpp) continue ;; esac
   extra="-DNONE"  # xargs -L joins a line that ends in a blank to the next
   [[ "$f" == *_neon.cpp ]] && extra="-march=armv8.2-a+dotprod+fp16"
   [[ "$f" == *_i8mm.cpp ]] && extra="-march=armv8.2-a+dotprod+fp16+i8mm"
