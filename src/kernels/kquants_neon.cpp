@@ -1,14 +1,9 @@
 // NEON (dotprod) gemm for the K formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
-// against Q8_K activations.
-//
-// Q2_K and Q3_K share a generic kernel (KKernel): a super-block is walked in
-// groups of 16 elements (one int8x16). Each group of a row is decoded once
-// into signed values (Q3_K: q - 4, Q2_K its unsigned quants) and sdot'ed with
-// the group of every token of the tile; the int32 lanes are multiplied by
-// the group's scale and summed over the super-block, then converted once and
-// scaled by d_w * d_x. Q2_K's mins are applied through the activation's
-// bsums in a scalar per (row, token). Q6_K (Q6KKernel) and Q4_K/Q5_K
-// (Q45KKernel) have kernels of their own, below.
+// against Q8_K activations: one kernel for the formats with 16 groups of 16
+// (GroupKernel: Q2_K, Q3_K, Q6_K) and one for 8 sub-blocks of 32 with
+// minimums (Q45KKernel: Q4_K, Q5_K). Each decodes a row's quants once per
+// tile for up to four tokens, adds each group's sdot times its scale by mla
+// by lane, and converts once per super-block.
 
 #include <arm_neon.h>
 
@@ -26,132 +21,8 @@ namespace {
 
 using namespace neon;
 
-// Per-row state of one super-block: scales per group of 16, and mins (for
-// formats that have them).
-struct KRow {
-  int32_t sc[16];
-  int16x8_t mins[2];  // Q2_K: 16 mins
-  float d, dmin;
-};
-
-inline uint8x16_t shr(uint8x16_t v, int n) {
-  return vshlq_u8(v, vdupq_n_s8(static_cast<int8_t>(-n)));
-}
-inline uint8x16_t bit_set(uint8x16_t m, int bit) {
-  return vtstq_u8(m, vdupq_n_u8(static_cast<uint8_t>(1u << bit)));
-}
-
-struct Q2KFmt {
-  using WB = BlockQ2_K;
-  static constexpr int kGroupsPerScale = 1;
-  static constexpr bool kMins = true;
-  static void prepare(const WB& b, KRow* s) {
-    for (int j = 0; j < 16; ++j) s->sc[j] = b.scales[j] & 0xf;
-    const uint8x16_t raw = load_u8(b.scales);
-    const uint8x16_t m = vshrq_n_u8(raw, 4);
-    s->mins[0] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m)));
-    s->mins[1] = vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(m)));
-    s->d = half_to_float(b.d);
-    s->dmin = half_to_float(b.dmin);
-  }
-  // Group g = elements 16g..16g+15 = 128h + 32k + l0 + (0..15): bits 2k of
-  // qs[32h + l0 ..].
-  static int8x16_t group(const WB& b, int g) {
-    const int h = g >> 3, k = (g >> 1) & 3, l0 = 16 * (g & 1);
-    return as_s8(vandq_u8(shr(load_u8(b.qs + 32 * h + l0), 2 * k), vdupq_n_u8(3)));
-  }
-};
-
-struct Q3KFmt {
-  using WB = BlockQ3_K;
-  static constexpr int kGroupsPerScale = 1;
-  static constexpr bool kMins = false;
-  static void prepare(const WB& b, KRow* s) {
-    int8_t sc[16];
-    unpack_q3k_scales(b.scales, sc);
-    for (int j = 0; j < 16; ++j) s->sc[j] = sc[j];
-    s->d = half_to_float(b.d);
-    s->dmin = 0.0f;
-  }
-  // Low bits as Q2_K; the value is low - 4 unless bit 4h + k of hmask is set.
-  static int8x16_t group(const WB& b, int g) {
-    const int h = g >> 3, k = (g >> 1) & 3, l0 = 16 * (g & 1);
-    const uint8x16_t low = vandq_u8(shr(load_u8(b.qs + 32 * h + l0), 2 * k), vdupq_n_u8(3));
-    const uint8x16_t minus4 = vbicq_u8(vdupq_n_u8(4), bit_set(load_u8(b.hmask + l0), 4 * h + k));
-    return vsubq_s8(as_s8(low), as_s8(minus4));
-  }
-};
-
-// sum_j mins_j * bsum_j over the 16 bsums (Q2_K).
-template <class F>
-inline int32_t min_dot(const KRow& s, const BlockQ8_K& x) {
-  static_assert(F::kGroupsPerScale == 1);
-  const int16x8_t b0 = vld1q_s16(x.bsums), b1 = vld1q_s16(x.bsums + 8);
-  int32x4_t acc = vmull_s16(vget_low_s16(s.mins[0]), vget_low_s16(b0));
-  acc = vmlal_s16(acc, vget_high_s16(s.mins[0]), vget_high_s16(b0));
-  acc = vmlal_s16(acc, vget_low_s16(s.mins[1]), vget_low_s16(b1));
-  acc = vmlal_s16(acc, vget_high_s16(s.mins[1]), vget_high_s16(b1));
-  return vaddvq_s32(acc);
-}
-
-template <class F>
-struct KKernel {
-  using WB = typename F::WB;
-  static constexpr int kRows = 4, kToks = 2;
-  static constexpr int kDecodeRows = 4;
-  static constexpr int kG = F::kGroupsPerScale;
-
-  template <int R, int T>
-  static void tile(const GemmArgs& a, int64_t r, int64_t t) {
-    const RowPtrs<WB, R> w(a, r);
-    const TokPtrs<BlockQ8_K, T> x(a, t);
-    float32x4_t acc[R][T];
-    float mins[R][T] = {};
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < T; ++j) acc[i][j] = vdupq_n_f32(0.0f);
-
-    const int64_t nb = a.n / kQK_K;
-    for (int64_t sb = 0; sb < nb; ++sb) {
-      KRow s[R];
-      for (int i = 0; i < R; ++i) {
-        prefetch_weights(&w.p[i][sb], R * w.stride, sizeof(WB));
-        F::prepare(w.p[i][sb], &s[i]);
-      }
-      int32x4_t isum[R][T];
-      for (int i = 0; i < R; ++i)
-        for (int j = 0; j < T; ++j) isum[i][j] = vdupq_n_s32(0);
-#pragma GCC unroll 16
-      for (int u = 0; u < 16 / kG; ++u) {  // scale units
-        int8x16_t xv[T][kG];
-        for (int j = 0; j < T; ++j)
-          for (int g = 0; g < kG; ++g) xv[j][g] = load_s8(x.p[j][sb].qs + 16 * (kG * u + g));
-        for (int i = 0; i < R; ++i) {
-          int8x16_t wv[kG];
-          for (int g = 0; g < kG; ++g) wv[g] = F::group(w.p[i][sb], kG * u + g);
-          for (int j = 0; j < T; ++j) {
-            int32x4_t dot = vdupq_n_s32(0);
-            for (int g = 0; g < kG; ++g) dot = vdotq_s32(dot, wv[g], xv[j][g]);
-            isum[i][j] = vmlaq_n_s32(isum[i][j], dot, s[i].sc[u]);
-          }
-        }
-      }
-      for (int i = 0; i < R; ++i) {
-        for (int j = 0; j < T; ++j) {
-          const float dx = x.p[j][sb].d;
-          acc[i][j] = vfmaq_n_f32(acc[i][j], vcvtq_f32_s32(isum[i][j]), s[i].d * dx);
-          if constexpr (F::kMins)
-            mins[i][j] += s[i].dmin * dx * static_cast<float>(min_dot<F>(s[i], x.p[j][sb]));
-        }
-      }
-    }
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < T; ++j) a.y[(t + j) * a.ldy + r + i] = vaddvq_f32(acc[i][j]) - mins[i][j];
-  }
-};
-
-
 // The float sums of an R x T tile: zeroed, then each lane sum stored to its
-// output (the K kernels with their own layout of the super-block, below).
+// output (every K kernel below).
 template <int R, int T>
 inline void zero_sums(float32x4_t (&acc)[R][T]) {
 #pragma GCC unroll 4
@@ -169,27 +40,75 @@ inline void store_sums(const GemmArgs& a, int64_t r, int64_t t, const float32x4_
   }
 }
 
-// Q6_K has its own kernel: its quants are spread over two arrays (low
-// nibbles in ql, the two high bits in qh), and building each group of 16 on
-// its own (as Q3_K's above) costs a shift, a mask, a shift and an OR per
-// group, plus the subtraction of 32. Here one 16-byte load of qh and two of
-// ql give four groups at once (k = 0..3: elements 128h + 32k + l0 ..), each
-// in one or two bit-field inserts (sli/sri), and the quants stay unsigned
-// (0..63): the -32 is taken off once per super-block through the
-// activation's bsums, sum_g sc_g (q_g - 32) . x_g = sum_g sc_g (q_g . x_g) -
-// 32 sum_g sc_g bsum_g. Per row and 64 weights that leaves three loads,
-// eight bit operations, four sdot and four multiply-adds by the group scale
-// per row; the scales are widened to int32 once per half super-block.
+// The formats of 16 groups of 16 with one scale per group: Q2_K, Q3_K and
+// Q6_K. They place their elements alike: group k (0..3) of super-block half
+// h at byte offset l0 (0 or 16) is elements 128h + 32k + l0 .. + 15, with
+// scale 8h + 2k + l0 / 16, and its low bits are bits 2k (Q2_K, Q3_K) or a
+// nibble (Q6_K) of one 16-byte load shared by the four groups. So one or
+// two loads give four groups at once, each in a few bit operations
+// (shifts, bit-field inserts sli/sri, a select), and the quants stay
+// unsigned: a format's offset (Q3_K's 4, Q6_K's 32) is taken off once per
+// super-block through the activation's bsums, sum_g sc_g (q_g - o) . x_g =
+// sum_g sc_g (q_g . x_g) - o sum_g sc_g bsum_g; Q2_K's minimums meet the
+// bsums the same way and go into the float sum with dmin. A row's 16 scales
+// become one int8x16 per super-block; each group's dot product is added
+// times its scale by mla by lane. Per row and 64 weights: one to three
+// loads, 6-14 bit operations, four sdot and four multiply-adds.
 //
 // Bounds: a lane of one sdot is at most 4 x 63 x 127; times a scale (|s| <=
-// 128) and over 16 groups, about 66 M; the correction lane at most 32 x 4 x
-// 128 x 2032: both far inside int32.
-struct Q6KKernel {
-  using WB = BlockQ6_K;
-  static constexpr int kRows = 2, kToks = 4;
-  static constexpr int kDecodeRows = 2;
+// 128) and over 16 groups, about 66 M; the offset lane at most 32 x 4 x 128
+// x 2032: both far inside int32.
 
-  // Groups k = 0..3 of super-block half h at byte offset l0 (0 or 16).
+struct Q2KGroups {
+  using WB = BlockQ2_K;
+  static constexpr int kOffsetShift = -1;  // no offset
+  static constexpr bool kMins = true;
+  static inline __attribute__((always_inline)) int8x16_t scales(const WB& b) {
+    return as_s8(vandq_u8(load_u8(b.scales), vdupq_n_u8(0x0f)));
+  }
+  static inline __attribute__((always_inline)) int8x16_t mins(const WB& b) {
+    return as_s8(vshrq_n_u8(load_u8(b.scales), 4));
+  }
+  static inline __attribute__((always_inline)) void groups(const WB& b, int h, int l0, int8x16_t (&w)[4]) {
+    const uint8x16_t q = load_u8(b.qs + 32 * h + l0), m3 = vdupq_n_u8(3);
+    w[0] = as_s8(vandq_u8(q, m3));
+    w[1] = as_s8(vandq_u8(vshrq_n_u8(q, 2), m3));
+    w[2] = as_s8(vandq_u8(vshrq_n_u8(q, 4), m3));
+    w[3] = as_s8(vshrq_n_u8(q, 6));
+  }
+};
+
+struct Q3KGroups {
+  using WB = BlockQ3_K;
+  static constexpr int kOffsetShift = 2;  // 4
+  static constexpr bool kMins = false;
+  static inline __attribute__((always_inline)) int8x16_t scales(const WB& b) {
+    uint32_t words[4];
+    unpack_q3k_biased_words(b.scales, words);
+    return vsubq_s8(vreinterpretq_s8_u32(vld1q_u32(words)), vdupq_n_s8(32));
+  }
+  static inline __attribute__((always_inline)) int8x16_t mins(const WB&) { return vdupq_n_s8(0); }
+  // Bits 2k of qs and bit 4h + k of hmask: 0..7, the value plus 4.
+  static inline __attribute__((always_inline)) void groups(const WB& b, int h, int l0, int8x16_t (&w)[4]) {
+    const uint8x16_t q = load_u8(b.qs + 32 * h + l0);
+    uint8x16_t hm = load_u8(b.hmask + l0);
+    if (h) hm = vshrq_n_u8(hm, 4);
+    const uint8x16_t m3 = vdupq_n_u8(3), m7 = vdupq_n_u8(7);
+    // (low bits of the first) | (bit 2 of the second), then & 7.
+    w[0] = as_s8(vandq_u8(vbslq_u8(m3, q, vshlq_n_u8(hm, 2)), m7));
+    w[1] = as_s8(vandq_u8(vbslq_u8(m3, vshrq_n_u8(q, 2), vshlq_n_u8(hm, 1)), m7));
+    w[2] = as_s8(vandq_u8(vbslq_u8(m3, vshrq_n_u8(q, 4), hm), m7));
+    w[3] = as_s8(vandq_u8(vbslq_u8(m3, vshrq_n_u8(q, 6), vshrq_n_u8(hm, 1)), m7));
+  }
+};
+
+struct Q6KGroups {
+  using WB = BlockQ6_K;
+  static constexpr int kOffsetShift = 5;  // 32
+  static constexpr bool kMins = false;
+  static inline __attribute__((always_inline)) int8x16_t scales(const WB& b) { return load_s8(b.scales); }
+  static inline __attribute__((always_inline)) int8x16_t mins(const WB&) { return vdupq_n_s8(0); }
+  // Low nibbles from ql (two loads), the top two bits from qh (one load).
   static inline __attribute__((always_inline)) void groups(const WB& b, int h, int l0, int8x16_t (&w)[4]) {
     const uint8x16_t ql0 = load_u8(b.ql + 64 * h + l0), ql1 = load_u8(b.ql + 64 * h + 32 + l0);
     const uint8x16_t qh = load_u8(b.qh + 32 * h + l0), qh2 = vshrq_n_u8(qh, 2);
@@ -199,6 +118,23 @@ struct Q6KKernel {
     w[2] = as_s8(vsriq_n_u8(vandq_u8(qh, vdupq_n_u8(0x30)), ql0, 4));  // ql0 >> 4 | qh bits 4-5
     w[3] = as_s8(vsriq_n_u8(qh2, ql1, 4));                              // ql1 >> 4 | qh bits 6-7
   }
+};
+
+// sum_g v_g * bsum_g over the 16 groups, spread over four lanes.
+inline __attribute__((always_inline)) int32x4_t bsum_dot(int8x16_t v, const BlockQ8_K& x) {
+  const int16x8_t v0 = vmovl_s8(vget_low_s8(v)), v1 = vmovl_high_s8(v);
+  const int16x8_t b0 = vld1q_s16(x.bsums), b1 = vld1q_s16(x.bsums + 8);
+  int32x4_t c = vmull_s16(vget_low_s16(v0), vget_low_s16(b0));
+  c = vmlal_high_s16(c, v0, b0);
+  c = vmlal_s16(c, vget_low_s16(v1), vget_low_s16(b1));
+  return vmlal_high_s16(c, v1, b1);
+}
+
+template <class F>
+struct GroupKernel {
+  using WB = typename F::WB;
+  static constexpr int kRows = 2, kToks = 4;
+  static constexpr int kDecodeRows = 2;
 
   // s + the four groups' dot products, each times its scale: group k of
   // byte half L has scale 2k + L of the half super-block (sc0: 0..3, sc1: 4..7).
@@ -214,12 +150,14 @@ struct Q6KKernel {
   }
 
   // Quarter (H, L) of a super-block for every row and token of the tile. A
-  // row's eight scales of half H are loaded and widened here rather than
-  // kept across quarters: registers are short (the rows' sums, the
-  // activations, four groups and their temporaries).
+  // row's eight scales of half H are loaded (from sc, where the super-block's
+  // start left them) and widened here rather than kept across quarters:
+  // registers are short (the rows' sums, the activations, four groups and
+  // their temporaries).
   template <int R, int T, int H, int L>
   static inline __attribute__((always_inline)) void quarter(const RowPtrs<WB, R>& w, const TokPtrs<BlockQ8_K, T>& x,
-                                                            int64_t sb, int32x4_t (&isum)[R][T]) {
+                                                            int64_t sb, const int8_t (&sc)[R][16],
+                                                            int32x4_t (&isum)[R][T]) {
     int8x16_t xv[T][4];
 #pragma GCC unroll 4
     for (int j = 0; j < T; ++j) {
@@ -228,10 +166,10 @@ struct Q6KKernel {
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const int16x8_t s16 = vmovl_s8(vld1_s8(w.p[i][sb].scales + 8 * H));
+      const int16x8_t s16 = vmovl_s8(vld1_s8(sc[i] + 8 * H));
       const int32x4_t sc0 = vmovl_s16(vget_low_s16(s16)), sc1 = vmovl_high_s16(s16);
       int8x16_t wv[4];
-      groups(w.p[i][sb], H, 16 * L, wv);
+      F::groups(w.p[i][sb], H, 16 * L, wv);
 #pragma GCC unroll 4
       for (int j = 0; j < T; ++j) isum[i][j] = scaled_dots<L>(isum[i][j], wv, xv[j], sc0, sc1);
     }
@@ -247,25 +185,31 @@ struct Q6KKernel {
     const int64_t nb = a.n / kQK_K;
     for (int64_t sb = 0; sb < nb; ++sb) {
       int32x4_t isum[R][T];
+      int8_t sc[R][16];
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        prefetch_weights(&w.p[i][sb], R * w.stride, sizeof(WB));
-        const int8x16_t sc8 = load_s8(w.p[i][sb].scales);
-        const int16x8_t s0 = vmovl_s8(vget_low_s8(sc8)), s1 = vmovl_high_s8(sc8);
+        const WB& b = w.p[i][sb];
+        prefetch_weights(&b, R * w.stride, sizeof(WB));
+        const int8x16_t sc8 = F::scales(b);
+        vst1q_s8(sc[i], sc8);
 #pragma GCC unroll 4
         for (int j = 0; j < T; ++j) {
-          const int16x8_t b0 = vld1q_s16(x.p[j][sb].bsums), b1 = vld1q_s16(x.p[j][sb].bsums + 8);
-          int32x4_t c = vmull_s16(vget_low_s16(s0), vget_low_s16(b0));
-          c = vmlal_high_s16(c, s0, b0);
-          c = vmlal_s16(c, vget_low_s16(s1), vget_low_s16(b1));
-          c = vmlal_high_s16(c, s1, b1);
-          isum[i][j] = vnegq_s32(vshlq_n_s32(c, 5));  // -32 sum_g sc_g bsum_g, spread over lanes
+          if constexpr (F::kOffsetShift >= 0) {
+            // -offset sum_g sc_g bsum_g, spread over lanes
+            isum[i][j] = vnegq_s32(vshlq_n_s32(bsum_dot(sc8, x.p[j][sb]), F::kOffsetShift));
+          } else {
+            isum[i][j] = vdupq_n_s32(0);
+          }
+          if constexpr (F::kMins) {
+            const int32x4_t m = bsum_dot(F::mins(b), x.p[j][sb]);
+            acc[i][j] = vfmsq_n_f32(acc[i][j], vcvtq_f32_s32(m), half_to_float(b.dmin) * x.p[j][sb].d);
+          }
         }
       }
-      quarter<R, T, 0, 0>(w, x, sb, isum);
-      quarter<R, T, 0, 1>(w, x, sb, isum);
-      quarter<R, T, 1, 0>(w, x, sb, isum);
-      quarter<R, T, 1, 1>(w, x, sb, isum);
+      quarter<R, T, 0, 0>(w, x, sb, sc, isum);
+      quarter<R, T, 0, 1>(w, x, sb, sc, isum);
+      quarter<R, T, 1, 0>(w, x, sb, sc, isum);
+      quarter<R, T, 1, 1>(w, x, sb, sc, isum);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
         const float dw = half_to_float(w.p[i][sb].d);
@@ -278,11 +222,10 @@ struct Q6KKernel {
   }
 };
 
-
-// Q4_K and Q5_K have their own kernel too, for the same reason as Q6_K: the
-// generic one above keeps a row's scales in a KRow array, which GCC's -O3
-// peels into scalars and spills (1.06 instructions a weight for Q5_K, 0.71
-// for Q4_K, per decode call under qemu). Here a row's eight scales are two
+// Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and minimums. A
+// generic kernel that kept a row's scales in an array (which GCC's -O3
+// peeled into scalars and spilled) took 1.06 instructions a weight for Q5_K
+// and 0.71 for Q4_K per decode call under qemu. Here a row's eight scales are two
 // int32x4 (unpacked four bytes at a time, kquant_scales.h) and each
 // sub-block's dot product is added times its scale by mla by lane; the
 // minimums meet the activation's bsums (pairs of 16, one per sub-block) once
@@ -405,11 +348,11 @@ struct Q45KKernel {
 }  // namespace
 
 void register_kquants_neon(Backend& be) {
-  be.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<KKernel<Q2KFmt>>;
-  be.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<KKernel<Q3KFmt>>;
+  be.gemm[static_cast<int>(DType::Q2_K)] = run_tiles<GroupKernel<Q2KGroups>>;
+  be.gemm[static_cast<int>(DType::Q3_K)] = run_tiles<GroupKernel<Q3KGroups>>;
   be.gemm[static_cast<int>(DType::Q4_K)] = run_tiles<Q45KKernel<BlockQ4_K>>;
   be.gemm[static_cast<int>(DType::Q5_K)] = run_tiles<Q45KKernel<BlockQ5_K>>;
-  be.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<Q6KKernel>;
+  be.gemm[static_cast<int>(DType::Q6_K)] = run_tiles<GroupKernel<Q6KGroups>>;
 }
 
 }  // namespace edgelm::kernels
