@@ -40,6 +40,8 @@ namespace edgelm::kernels {
 
 // Token pairs by smmla for the prompt case (interleaved_neon_i8mm.cpp).
 void register_interleaved_i8mm(Backend& be);
+// Q4_K, Q5_K and Q6_K (interleaved_kquants_neon.cpp).
+void register_interleaved_kquants_neon(Backend& be);
 
 namespace {
 
@@ -67,6 +69,7 @@ void register_interleaved_neon(Backend& be) {
   be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16<SdotPass, Q4_0Quarter>;
   be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16<SdotPass, Q8_0Quarter>;
   be.gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_i16<SdotPass, Q5_0Quarter>;
+  register_interleaved_kquants_neon(be);
   if (cpu_has_i8mm()) register_interleaved_i8mm(be);
 }
 

@@ -184,7 +184,7 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
     EXPECT_EQ(preferred_layout(isa, DType::Q8_0, 1536, 1536), x86 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
         << isa_name(isa);
     for (DType t : {DType::Q4_K, DType::Q6_K}) {
-      EXPECT_EQ(preferred_layout(isa, t, 1536, 8960), x86 ? Layout::Interleave16 : Layout::Rows)
+      EXPECT_EQ(preferred_layout(isa, t, 1536, 8960), x86 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
           << dtype_name(t) << " " << isa_name(isa);
       EXPECT_EQ(preferred_layout(isa, t, 1530, 1536), Layout::Rows);
     }
