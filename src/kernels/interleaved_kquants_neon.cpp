@@ -22,7 +22,8 @@
 // (kquants_neon.cpp) spends about twice that.
 //
 // Decode takes all 16 rows of a group per pass; prompts a quarter at a time
-// for up to four tokens, as interleaved_neon.cpp does.
+// for up to four tokens, in interleaved_neon.h's group_tile as the
+// 32-element formats.
 #include <arm_neon.h>
 
 #include <cstring>
@@ -241,46 +242,28 @@ void kquarter_pass(const uint8_t* gp, int k, int64_t nb, const BlockQ8_K* const*
   for (int t = 0; t < TS; ++t) vst1q_f32(y + t * ldy + 4 * k, acc[t]);
 }
 
-template <class F, int G, int T>
-void kgroup_tile(const GemmArgs& a, const uint8_t* gp, int64_t nb, int64_t t0, float* y) {
-  static_assert(G == 1);
-  const auto xrow = [&](int64_t t) {
-    return reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(a.x) + t * a.x_stride);
-  };
-  if constexpr (T == 1) {
-    decode_kgroup<F>(gp, nb, xrow(t0), y + t0 * a.ldy);
-  } else {
-    for (int j0 = 0; j0 < T; j0 += kSubTokens) {
-      const BlockQ8_K* xr[kSubTokens];
-      for (int j = 0; j < kSubTokens && j0 + j < T; ++j) xr[j] = xrow(t0 + j0 + j);
-      float* yj = y + (t0 + j0) * a.ldy;
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        switch (T - j0 < kSubTokens ? T - j0 : kSubTokens) {
-          case 1: kquarter_pass<F, 1>(gp, k, nb, xr, yj, a.ldy); break;
-          case 2: kquarter_pass<F, 2>(gp, k, nb, xr, yj, a.ldy); break;
-          case 3: kquarter_pass<F, 3>(gp, k, nb, xr, yj, a.ldy); break;
-          default: kquarter_pass<F, 4>(gp, k, nb, xr, yj, a.ldy); break;
-        }
-      }
-    }
+// group_tile's passes (interleaved_neon.h) for the K formats.
+struct KDecode {
+  template <class F>
+  static void run(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
+    decode_kgroup<F>(gp, nb, reinterpret_cast<const BlockQ8_K*>(xr), y);
   }
-}
-
-template <class F>
-void gemm_k_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
-  const int64_t nb = a.n / kQK_K;
-  i16_drive(a, r0, r1, static_cast<size_t>(nb) * F::kBytes, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
-    kgroup_tile<F, G, T>(a, gp, nb, t0, y);
-  });
-}
+};
+struct KPass {
+  template <class F, int TS>
+  static void run(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr, float* y, int64_t ldy) {
+    const BlockQ8_K* xk[TS];
+    for (int t = 0; t < TS; ++t) xk[t] = reinterpret_cast<const BlockQ8_K*>(xr[t]);
+    kquarter_pass<F, TS>(gp, k, nb, xk, y, ldy);
+  }
+};
 
 }  // namespace
 
 void register_interleaved_kquants_neon(Backend& be) {
-  be.gemm_i16[static_cast<int>(DType::Q4_K)] = gemm_k_i16<Q45KQ<false>>;
-  be.gemm_i16[static_cast<int>(DType::Q5_K)] = gemm_k_i16<Q45KQ<true>>;
-  be.gemm_i16[static_cast<int>(DType::Q6_K)] = gemm_k_i16<Q6KQ>;
+  be.gemm_i16[static_cast<int>(DType::Q4_K)] = gemm_i16<KPass, Q45KQ<false>, KDecode>;
+  be.gemm_i16[static_cast<int>(DType::Q5_K)] = gemm_i16<KPass, Q45KQ<true>, KDecode>;
+  be.gemm_i16[static_cast<int>(DType::Q6_K)] = gemm_i16<KPass, Q6KQ, KDecode>;
 }
 
 }  // namespace edgelm::kernels

@@ -151,16 +151,25 @@ void quarter_pass(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr
   for (int j = 0; j < TS; ++j) vst1q_f32(y + j * ldy + 4 * k, acc[j]);
 }
 
+// Decode of the 32-element formats (the K formats bring their own, with
+// the same signature; xr is the token's activation row).
+struct BlockDecode {
+  template <class F>
+  static void run(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
+    decode_group<F>(gp, nb, xr, y);
+  }
+};
+
 // One group of 16 rows (G is always 1: interleaved_driver.h's decode and
 // prompt loops both take one group per call) x T tokens from t0; y is the
-// group's first output for token 0 of the matrix. Decode runs decode_group;
-// prompts run P::run<F, TS>(gp, k, nb, xr, y, ldy) for each quarter k of the
-// group and sub-tile of TS <= kSubTokens tokens.
-template <class P, class F, int G, int T>
+// group's first output for token 0 of the matrix. Decode runs
+// D::run<F>(gp, nb, xr, y); prompts run P::run<F, TS>(gp, k, nb, xr, y, ldy)
+// for each quarter k of the group and sub-tile of TS <= kSubTokens tokens.
+template <class P, class F, class D, int G, int T>
 void group_tile(const GemmArgs& a, const uint8_t* gp, int64_t nb, int64_t t0, float* y) {
   static_assert(G == 1);
   if constexpr (T == 1) {
-    decode_group<F>(gp, nb, static_cast<const uint8_t*>(a.x) + t0 * a.x_stride, y + t0 * a.ldy);
+    D::template run<F>(gp, nb, static_cast<const uint8_t*>(a.x) + t0 * a.x_stride, y + t0 * a.ldy);
   } else {
     for (int j0 = 0; j0 < T; j0 += kSubTokens) {
       const uint8_t* xr[kSubTokens];
@@ -180,11 +189,16 @@ void group_tile(const GemmArgs& a, const uint8_t* gp, int64_t nb, int64_t t0, fl
   }
 }
 
-template <class P, class F>
+// nb blocks of 32 per row (groups 16 rows of the file apart), or with a
+// K format (F::kBytes: one packed super-block of a group) nb super-blocks.
+template <class P, class F, class D = BlockDecode>
 void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
-  const int64_t nb = a.n / 32;
-  i16_drive(a, r0, r1, 16 * a.w_stride, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
-    group_tile<P, F, G, T>(a, gp, nb, t0, y);
+  constexpr bool kSuper = requires { F::kBytes; };
+  const int64_t nb = a.n / (kSuper ? kQK_K : 32);
+  size_t group_bytes = 16 * a.w_stride;
+  if constexpr (kSuper) group_bytes = static_cast<size_t>(nb) * F::kBytes;
+  i16_drive(a, r0, r1, group_bytes, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
+    group_tile<P, F, D, G, T>(a, gp, nb, t0, y);
   });
 }
 
