@@ -44,6 +44,13 @@ bool has_f16c() {
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
   return (c >> 29) & 1u;
 }
+// AVX-VNNI from CPUID leaf 7, sub-leaf 1 (EAX bit 4): clang 14's
+// __builtin_cpu_supports does not know "avxvnni" either.
+bool has_avxvnni() {
+  unsigned a, b, c, d;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+  return (a >> 4) & 1u;
+}
 #endif
 
 bool cpu_has(Isa isa) {
@@ -62,7 +69,7 @@ bool cpu_has(Isa isa) {
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
     case Isa::AvxVnni:
-      return cpu_has(Isa::Avx2) && __builtin_cpu_supports("avxvnni");
+      return cpu_has(Isa::Avx2) && has_avxvnni();
 #endif
 #if defined(EDGELM_ARM64)
     // The *_neon.cpp files are built for armv8.2-a + dotprod + fp16 (RK3588's
