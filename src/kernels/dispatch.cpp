@@ -37,20 +37,18 @@ Isa lower(Isa isa) {
 }
 
 #if defined(EDGELM_X86)
-// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does
-// not know the name.
-bool has_f16c() {
+// Feature bits the compilers' __builtin_cpu_supports does not know in every
+// version (clang 14 lacks "f16c" and "avxvnni"), read from CPUID directly.
+struct CpuidRegs {
   unsigned a, b, c, d;
-  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
-  return (c >> 29) & 1u;
+};
+CpuidRegs cpuid(unsigned leaf, unsigned sub) {
+  CpuidRegs r;
+  __asm__ volatile("cpuid" : "=a"(r.a), "=b"(r.b), "=c"(r.c), "=d"(r.d) : "a"(leaf), "c"(sub));
+  return r;
 }
-// AVX-VNNI from CPUID leaf 7, sub-leaf 1 (EAX bit 4): clang 14's
-// __builtin_cpu_supports does not know "avxvnni" either.
-bool has_avxvnni() {
-  unsigned a, b, c, d;
-  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
-  return (a >> 4) & 1u;
-}
+bool has_f16c() { return (cpuid(1, 0).c >> 29) & 1u; }     // leaf 1, ECX bit 29
+bool has_avxvnni() { return (cpuid(7, 1).a >> 4) & 1u; }  // leaf 7, sub-leaf 1, EAX bit 4
 #endif
 
 bool cpu_has(Isa isa) {
