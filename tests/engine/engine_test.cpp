@@ -659,7 +659,10 @@ TEST(EngineCopyShared, Stories260KPinnedPrefixEqualsComputingItAll) {
 // Another slot's rows are copied, whether it is still running or free.
 TEST(EngineCopy, FromARunningOrFreeSlot) {
   const std::string model = synth_model("tiny-qwen2", "Q4_0");
-  auto e = make_engine(model, 3, 256, 1, DType::F16, 16);
+  // Steps of at least 10 ms: slot 0's 200 tokens take 2 s or more, so it
+  // is still decoding while slot 1 copies from it (unpadded, a fast CPU
+  // finished all 200 before the state was read).
+  auto e = make_engine(model, 3, 256, 1, DType::F16, 16, AttnMath::F32, 0.01);
   auto cold = make_engine(model, 1, 256, 1, DType::F16, 16);
   ASSERT_TRUE(e && cold);
   const int n_vocab = e->model().config.n_vocab;
