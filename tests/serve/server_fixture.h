@@ -133,32 +133,46 @@ struct LiveServer {
   }
 };
 
-// Connects, sends raw bytes, reads for `ms` milliseconds, then closes.
-// Returns what was read.
-inline std::string send_and_hang_up(int port, const std::string& bytes, int ms) {
+// Connects, sends raw bytes, reads until hang_up() is true (checked every
+// 20 ms or so) or `seconds` pass, then closes. Returns whether hang_up()
+// was true, and what was read in `got`.
+template <class Pred>
+inline bool send_and_hang_up_when(int port, const std::string& bytes, Pred&& hang_up, double seconds,
+                                  std::string* got = nullptr) {
   const int fd = connect_loopback(port);
-  std::string got;
+  bool met = false;
   if (fd >= 0) {
     (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     timeval tv{0, 20000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     char buf[4096];
-    while (std::chrono::steady_clock::now() < end) {
+    while (!(met = hang_up()) && std::chrono::steady_clock::now() < end) {
       const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-      if (n > 0) got.append(buf, static_cast<size_t>(n));
+      if (n > 0 && got != nullptr) got->append(buf, static_cast<size_t>(n));
       if (n == 0) break;
     }
+    ::close(fd);
   }
-  if (fd >= 0) ::close(fd);
+  return met;
+}
+
+// Connects, sends raw bytes, reads for `ms` milliseconds, then closes.
+// Returns what was read.
+inline std::string send_and_hang_up(int port, const std::string& bytes, int ms) {
+  std::string got;
+  send_and_hang_up_when(port, bytes, [] { return false; }, ms / 1000.0, &got);
   return got;
+}
+
+inline std::string post_request(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
 // Sends a raw HTTP/1.1 POST of `body` to `path`, reads for `ms`, hangs up.
 inline std::string post_and_hang_up(int port, const std::string& path, const std::string& body, int ms) {
-  return send_and_hang_up(port, "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-                                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
-                          ms);
+  return send_and_hang_up(port, post_request(path, body), ms);
 }
 
 inline std::string chat_body(const std::string& content, int max_tokens, bool stream, const std::string& extra = "") {

@@ -273,7 +273,12 @@ TEST(Serve, DisconnectDuringNonStreamedGenerationFreesTheSlot) {
   LiveServer s(o);
   // A client that sends its request, waits a little and hangs up.
   const std::string body = chat_body("long", 200, false);
-  test::post_and_hang_up(s.port, "/v1/chat/completions", body, 300);
+  // Hangs up once the request holds the slot and generates (a fixed wait
+  // raced the admission under TSan).
+  ASSERT_TRUE(test::send_and_hang_up_when(
+      s.port, test::post_request("/v1/chat/completions", body),
+      [&] { return s.engine->state(0) == Engine::SlotState::Decode; }, 10))
+      << "the request never reached its first token";
   EXPECT_EQ(s.engine->active_slots(), 1);
   // The next heartbeat write fails and the slot is freed (200 tokens would take 4 s).
   EXPECT_TRUE(s.wait_idle(2.0)) << "slot still held after the client left";
@@ -290,7 +295,12 @@ TEST(Serve, DisconnectMidPrefillFreesTheSlot) {
   std::string words;
   for (int i = 0; i < 150; ++i) words += "lorem ";
   const std::string body = chat_body(words, 50, true);
-  test::post_and_hang_up(s.port, "/v1/chat/completions", body, 200);
+  // Hangs up while the prompt is being prefilled (a fixed 200 ms could pass
+  // before the request was even admitted, under TSan).
+  ASSERT_TRUE(test::send_and_hang_up_when(
+      s.port, test::post_request("/v1/chat/completions", body),
+      [&] { return s.engine->state(0) == Engine::SlotState::Prefill; }, 10))
+      << "the request never reached prefill";
   EXPECT_TRUE(s.wait_idle(3.0)) << "slot still held after the client left mid-prefill";
   auto r = s.client().Post("/v1/chat/completions", chat_body("next", 3, false), "application/json");
   ASSERT_TRUE(r);
