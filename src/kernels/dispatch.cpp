@@ -242,21 +242,25 @@ DType act_type(DType weight_type) {
 }
 
 namespace {
-// What the weight format adds to its stored quants (see act_row_bytes).
-int quant_offset(DType weight_type) {
-  switch (weight_type) {
-    case DType::Q4_0: return 8;
-    case DType::Q5_0: return 16;
-    case DType::Q8_0: return 128;
-    default: return 0;
+// The activation formats that carry a trailer of block sums.
+bool has_block_sums(DType act) { return act == DType::Q8_0 || act == DType::Q8_1; }
+
+template <class XB>
+void write_block_sums(void* row, int64_t nb) {
+  const auto* blocks = static_cast<const XB*>(row);
+  uint8_t* trailer = static_cast<uint8_t*>(row) + static_cast<size_t>(nb) * sizeof(XB);
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) sum += blocks[b].qs[j];
+    std::memcpy(trailer + b * sizeof(int32_t), &sum, sizeof(sum));
   }
 }
 }  // namespace
 
 size_t act_row_bytes(DType weight_type, int64_t n) {
   const DType at = act_type(weight_type);
-  const size_t blocks = at == DType::Q8_0 ? static_cast<size_t>(n / 32) * sizeof(int32_t) : 0;
-  return row_bytes(at, n) + blocks;
+  const size_t sums = has_block_sums(at) ? static_cast<size_t>(n / 32) * sizeof(int32_t) : 0;
+  return row_bytes(at, n) + sums;
 }
 
 void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, int64_t n) {
@@ -266,18 +270,8 @@ void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, 
     return;
   }
   table().quantize[isa_index(isa)][act_slot(at)](x, dst, n);
-  if (at == DType::Q8_0) {
-    const int64_t nb = n / 32;
-    const auto* blocks = static_cast<const BlockQ8_0*>(dst);
-    uint8_t* trailer = static_cast<uint8_t*>(dst) + static_cast<size_t>(nb) * sizeof(BlockQ8_0);
-    const int32_t offset = quant_offset(weight_type);
-    for (int64_t b = 0; b < nb; ++b) {
-      int32_t sum = 0;
-      for (int j = 0; j < 32; ++j) sum += blocks[b].qs[j];
-      const int32_t v = -offset * sum;
-      std::memcpy(trailer + b * sizeof(int32_t), &v, sizeof(v));
-    }
-  }
+  if (at == DType::Q8_0) write_block_sums<BlockQ8_0>(dst, n / 32);
+  if (at == DType::Q8_1) write_block_sums<BlockQ8_1>(dst, n / 32);
 }
 
 Layout preferred_layout(Isa isa, DType type, int64_t rows, int64_t cols) {

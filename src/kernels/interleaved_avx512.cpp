@@ -4,8 +4,8 @@
 // per token, eight vpdpbusd against four activation bytes broadcast to all
 // lanes leave the 16 rows' integer dot products in one register, and one
 // conversion and one multiply-add apply the block scales. The integer sum
-// starts from the activation row's trailer (-offset * sum of quants), which
-// removes the format's offset exactly.
+// starts from -offset x the activations' sum (the row's trailer holds the
+// sum), which removes the format's offset exactly.
 //
 // The loop nest around the tiles is interleaved_driver.h's.
 #include <immintrin.h>
@@ -85,7 +85,7 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
     for (int j = 0; j < T; ++j) {
       const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
       const __m512 dx = _mm512_set1_ps(half(xb->d));
-      const __m512i init = _mm512_set1_epi32(i16_trailer(xr[j], nb, b));
+      const __m512i init = _mm512_set1_epi32(i16_start<F>(xr[j], nb, b));
       for (int g = 0; g < G; ++g) {
         // Independent partial sums: vpdpbusd has a latency of several
         // cycles, and with few tokens nothing else would fill it.

@@ -30,11 +30,25 @@ namespace {
 // ---- what every interleaved kernel reads of the layout (pack.cpp,
 // pack_kquants.cpp) and of the Q8_0 activation row (dispatch.cpp) ----------
 
-// Block b's trailer of a Q8_0 activation row: -offset * the sum of its quants.
-inline int32_t i16_trailer(const uint8_t* act_row, int64_t nb, int64_t b) {
+// Block b's sum of quants, from the trailer of an activation row of nb
+// blocks of XB (BlockQ8_0 or BlockQ8_1).
+template <class XB = BlockQ8_0>
+inline int32_t i16_block_sum(const uint8_t* act_row, int64_t nb, int64_t b) {
   int32_t v;
-  std::memcpy(&v, act_row + static_cast<size_t>(nb) * sizeof(BlockQ8_0) + static_cast<size_t>(b) * 4, 4);
+  std::memcpy(&v, act_row + static_cast<size_t>(nb) * sizeof(XB) + static_cast<size_t>(b) * 4, 4);
   return v;
+}
+
+// Where block b's integer sum starts for a format whose loaded quants
+// exceed the true ones by F::kOffset (Q4_0's unsigned nibbles 8, x86's Q8_0
+// 128): -kOffset x the activations' sum, which removes the offset exactly.
+template <class F, class XB = BlockQ8_0>
+inline int32_t i16_start(const uint8_t* act_row, int64_t nb, int64_t b) {
+  if constexpr (F::kOffset == 0) {
+    return 0;
+  } else {
+    return -F::kOffset * i16_block_sum<XB>(act_row, nb, b);
+  }
 }
 
 // Q4_0 / Q8_0: bytes of one block of a 16-row group, and the activation
@@ -42,14 +56,27 @@ inline int32_t i16_trailer(const uint8_t* act_row, int64_t nb, int64_t b) {
 // 16 + 4(c - 4).. for the high ones).
 struct Q4_0Layout {
   static constexpr size_t kBlock = 16 * sizeof(BlockQ4_0);
+  static constexpr int32_t kOffset = 8;  // read as unsigned nibbles
+  static constexpr size_t kQuants = 32;
   static constexpr int act_offset(int c) { return c < 4 ? 4 * c : 16 + 4 * (c - 4); }
 };
 struct Q5_0Layout {  // Q4_0's chunks, then the fifth bits (pack.cpp); NEON only
   static constexpr size_t kBlock = 16 * sizeof(BlockQ5_0);
-  static constexpr size_t kHigh = 32 + 4 * 64;
+  static constexpr size_t kQuants = 32, kHigh = 32 + 4 * 64;
+};
+// Q4_1 and Q5_1 (NEON only): the scales d[16], the minimums m[16], then
+// Q4_0's chunks (and Q5_1 Q5_0's fifth bits).
+struct Q4_1Layout {
+  static constexpr size_t kBlock = 16 * sizeof(BlockQ4_1);
+  static constexpr size_t kMinsAt = 32, kQuants = 64;
+};
+struct Q5_1Layout {
+  static constexpr size_t kBlock = 16 * sizeof(BlockQ5_1);
+  static constexpr size_t kMinsAt = 32, kQuants = 64, kHigh = 64 + 4 * 64;
 };
 struct Q8_0Layout {
   static constexpr size_t kBlock = 16 * sizeof(BlockQ8_0);
+  static constexpr int32_t kOffset = kQ8_0PackedBias;  // x86 128, ARM 0
   static constexpr int act_offset(int c) { return 4 * c; }
 };
 

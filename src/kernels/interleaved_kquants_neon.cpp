@@ -34,15 +34,7 @@
 namespace edgelm::kernels {
 namespace {
 
-// Four bytes at p (one per row of a quarter) as int32 lanes.
-template <bool kSigned>
-inline int32x4_t bytes4(const uint8_t* p) {
-  uint32_t w;
-  std::memcpy(&w, p, 4);
-  const uint8x8_t v = vreinterpret_u8_u32(vdup_n_u32(w));
-  if constexpr (kSigned) return vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_u8(v))));
-  return vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(v))));
-}
+// Four bytes at p (one per row of a quarter) as int16 lanes.
 template <bool kSigned>
 inline int16x4_t bytes4_s16(const uint8_t* p) {
   uint32_t w;
@@ -50,6 +42,12 @@ inline int16x4_t bytes4_s16(const uint8_t* p) {
   const uint8x8_t v = vreinterpret_u8_u32(vdup_n_u32(w));
   if constexpr (kSigned) return vget_low_s16(vmovl_s8(vreinterpret_s8_u8(v)));
   return vreinterpret_s16_u16(vget_low_u16(vmovl_u8(v)));
+}
+// The same four values widened to int32 (0..255 and -128..127 are both
+// exact as int16, so a signed widening serves either).
+template <bool kSigned>
+inline int32x4_t bytes4(const uint8_t* p) {
+  return vmovl_s16(bytes4_s16<kSigned>(p));
 }
 
 // Q4_K and Q5_K: 8 sub-blocks of 32; q[c] meets activation bytes 4c.. of

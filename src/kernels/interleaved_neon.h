@@ -32,48 +32,96 @@ inline void prefetch_block(const uint8_t* blk) {
 // Eight quant vectors of one quarter of a packed block: q[i] for i < 4 meets
 // activation bytes 4i.. (lane i of the block's first 16 bytes), q[4 + i]
 // bytes 16 + 4i.. (lane i of the second 16).
+//
+// The nibble chunks at L::kQuants, unsigned (0..15).
+template <class L>
+inline __attribute__((always_inline)) void load_nibbles(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
+  const uint8x16_t m = vdupq_n_u8(0x0F);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const uint8x16_t v = load_u8(blk + L::kQuants + 64 * c + 16 * k);
+    q[c] = as_s8(vandq_u8(v, m));
+    q[c + 4] = as_s8(vshrq_n_u8(v, 4));
+  }
+}
+// The nibbles with their fifth bits at L::kHigh, as signed values q - 16
+// (-16..15): a byte of the quarter's fifth-bit vector holds, for its
+// position, the inverted fifth bits of chunk c's low (bit c) and high (bit
+// 4 + c) elements (pack.cpp), so one test gives 0xff where the value is the
+// nibble minus 16, whose top four bits are exactly those of the signed
+// value; one bit-select (low) or shift-insert (high) joins it to the nibble.
+template <class L>
+inline __attribute__((always_inline)) void load_five_bits(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
+  const uint8x16_t m = vdupq_n_u8(0x0F);
+  const uint8x16_t high = load_u8(blk + L::kHigh + 16 * k);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const uint8x16_t v = load_u8(blk + L::kQuants + 64 * c + 16 * k);
+    const uint8x16_t lo16 = vtstq_u8(high, vdupq_n_u8(static_cast<uint8_t>(1u << c)));
+    const uint8x16_t hi16 = vtstq_u8(high, vdupq_n_u8(static_cast<uint8_t>(16u << c)));
+    q[c] = as_s8(vbslq_u8(m, v, lo16));
+    q[c + 4] = as_s8(vsriq_n_u8(hi16, v, 4));
+  }
+}
+
+// A format as the passes below read it: kBlock bytes per block of a group,
+// load() its quant vectors, which exceed the true quants by kOffset (the
+// sum starts from -kOffset x the activations' sum, i16_start), XB the
+// activation block; kHasMins: Q4_1/Q5_1's minimums m, whose term is m x the
+// activation block's s (= d_x x its sum), as in ggml's vec_dot.
 struct Q4_0Quarter {
   static constexpr size_t kBlock = Q4_0Layout::kBlock;
-  static constexpr bool kTrailer = true;
+  static constexpr int32_t kOffset = 8;
+  static constexpr bool kHasMins = false;
+  using XB = BlockQ8_0;
   static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
-    const uint8x16_t m = vdupq_n_u8(0x0F);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const uint8x16_t v = load_u8(blk + 32 + 64 * c + 16 * k);
-      q[c] = as_s8(vandq_u8(v, m));
-      q[c + 4] = as_s8(vshrq_n_u8(v, 4));
-    }
+    load_nibbles<Q4_0Layout>(blk, k, q);
   }
 };
-// Q5_0: the nibbles as Q4_0's, and the values signed (-16..15) without a
-// trailer: a byte of the quarter's fifth-bit vector holds, for its position,
-// the inverted fifth bits of chunk c's low (bit c) and high (bit 4 + c)
-// elements (pack.cpp), so one test gives 0xff where the value is the nibble
-// minus 16, whose top four bits are exactly those of the signed value; one
-// bit-select (low) or shift-insert (high) joins it to the nibble.
 struct Q5_0Quarter {
   static constexpr size_t kBlock = Q5_0Layout::kBlock;
-  static constexpr bool kTrailer = false;
+  static constexpr int32_t kOffset = 0;
+  static constexpr bool kHasMins = false;
+  using XB = BlockQ8_0;
   static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
-    const uint8x16_t m = vdupq_n_u8(0x0F);
-    const uint8x16_t high = load_u8(blk + Q5_0Layout::kHigh + 16 * k);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const uint8x16_t v = load_u8(blk + 32 + 64 * c + 16 * k);
-      const uint8x16_t lo16 = vtstq_u8(high, vdupq_n_u8(static_cast<uint8_t>(1u << c)));
-      const uint8x16_t hi16 = vtstq_u8(high, vdupq_n_u8(static_cast<uint8_t>(16u << c)));
-      q[c] = as_s8(vbslq_u8(m, v, lo16));
-      q[c + 4] = as_s8(vsriq_n_u8(hi16, v, 4));
-    }
+    load_five_bits<Q5_0Layout>(blk, k, q);
   }
 };
 struct Q8_0Quarter {
   static constexpr size_t kBlock = Q8_0Layout::kBlock;
-  static constexpr bool kTrailer = false;
+  static constexpr int32_t kOffset = 0;
+  static constexpr bool kHasMins = false;
+  using XB = BlockQ8_0;
   static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
     static_assert(kQ8_0PackedBias == 0, "NEON reads the packed quants as signed bytes");
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) q[c] = load_s8(blk + 32 + 64 * c + 16 * k);
+  }
+};
+// Q4_1: q (0..15) exactly as loaded.
+struct Q4_1Quarter {
+  using L = Q4_1Layout;
+  static constexpr size_t kBlock = L::kBlock;
+  static constexpr int32_t kOffset = 0;
+  static constexpr bool kHasMins = true;
+  using XB = BlockQ8_1;
+  static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
+    load_nibbles<L>(blk, k, q);
+  }
+};
+// Q5_1: q (0..31) does not fit sdot's signed bytes as a nibble pair would,
+// so it is loaded as Q5_0's q - 16 and the sum starts from +16 x the
+// activations' sum: the integer dot product of q itself, so the minimum's
+// term is ggml's m x s and not (m + 16d) x s, which would carry s's f16
+// rounding times 16d.
+struct Q5_1Quarter {
+  using L = Q5_1Layout;
+  static constexpr size_t kBlock = L::kBlock;
+  static constexpr int32_t kOffset = -16;
+  static constexpr bool kHasMins = true;
+  using XB = BlockQ8_1;
+  static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
+    load_five_bits<L>(blk, k, q);
   }
 };
 
@@ -94,12 +142,24 @@ inline __attribute__((always_inline)) int32x4_t dot8(int32x4_t s, const int8x16_
 // Where block b's integer sums start for the activation row xr.
 template <class F>
 inline int32x4_t start(const uint8_t* xr, int64_t nb, int64_t b) {
-  return vdupq_n_s32(F::kTrailer ? i16_trailer(xr, nb, b) : 0);
+  return vdupq_n_s32(i16_start<F, typename F::XB>(xr, nb, b));
 }
 
-// The f16 scales of rows 4k..4k+3 of a packed block.
-inline float32x4_t quarter_scales(const uint8_t* blk, int k) {
-  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(blk + 8 * k))));
+// Four f16 values (rows 4k..4k+3) at p + 8k as floats: a packed block's
+// scales (p = blk) or minimums (blk + kMinsAt).
+inline float32x4_t quarter_halves(const uint8_t* p, int k) {
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p + 8 * k))));
+}
+inline float32x4_t quarter_scales(const uint8_t* blk, int k) { return quarter_halves(blk, k); }
+
+// acc + the four rows' block sum s (integer) scaled by d_w x d_x, plus with
+// minimums m_w x s_x.
+template <class F>
+inline __attribute__((always_inline)) float32x4_t block_fma(float32x4_t acc, int32x4_t s, const uint8_t* blk, int k,
+                                                            const typename F::XB& xb) {
+  acc = vfmaq_f32(acc, vcvtq_f32_s32(s), vmulq_n_f32(quarter_scales(blk, k), half_to_float(xb.d)));
+  if constexpr (F::kHasMins) acc = vfmaq_n_f32(acc, quarter_halves(blk + F::L::kMinsAt, k), half_to_float(xb.s));
+  return acc;
 }
 
 // Decode: one token against all 16 rows of a group, every block once.
@@ -108,19 +168,17 @@ void decode_group(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
   float32x4_t acc[4];
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) acc[k] = vdupq_n_f32(0.0f);
-  const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr);
+  const auto* xb = reinterpret_cast<const typename F::XB*>(xr);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
     prefetch_block<F>(blk);
     const int8x16_t lo = load_s8(xb[b].qs), hi = load_s8(xb[b].qs + 16);
     const int32x4_t s0 = start<F>(xr, nb, b);
-    const float dx = half_to_float(xb[b].d);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       int8x16_t q[8];
       F::load(blk, k, q);
-      const int32x4_t s = dot8(s0, q, lo, hi);
-      acc[k] = vfmaq_f32(acc[k], vcvtq_f32_s32(s), vmulq_n_f32(quarter_scales(blk, k), dx));
+      acc[k] = block_fma<F>(acc[k], dot8(s0, q, lo, hi), blk, k, xb[b]);
     }
   }
 #pragma GCC unroll 4
@@ -139,12 +197,11 @@ void quarter_pass(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr
     if (k == 0) prefetch_block<F>(blk);  // the first of a group's four passes
     int8x16_t q[8];
     F::load(blk, k, q);
-    const float32x4_t dw = quarter_scales(blk, k);
 #pragma GCC unroll 4
     for (int j = 0; j < TS; ++j) {
-      const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
+      const auto* xb = reinterpret_cast<const typename F::XB*>(xr[j]) + b;
       const int32x4_t s = dot8(start<F>(xr[j], nb, b), q, load_s8(xb->qs), load_s8(xb->qs + 16));
-      acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(s), vmulq_n_f32(dw, half_to_float(xb->d)));
+      acc[j] = block_fma<F>(acc[j], s, blk, k, *xb);
     }
   }
 #pragma GCC unroll 4

@@ -26,6 +26,7 @@ namespace {
 // Token pairs xr[2p], xr[2p + 1] for p < NP against quarter k of a group.
 template <class F, int NP>
 void quarter_pass_mm(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr, float* y, int64_t ldy) {
+  static_assert(!F::kHasMins, "Q8_0 activations, no minimums: Q4_1/Q5_1 take the sdot pass");
   float32x4_t acc[NP][2];  // token pair p, row pair i (rows 4k + 2i, 4k + 2i + 1)
 #pragma GCC unroll 2
   for (int p = 0; p < NP; ++p) acc[p][0] = acc[p][1] = vdupq_n_f32(0.0f);
@@ -56,8 +57,8 @@ void quarter_pass_mm(const uint8_t* gp, int k, int64_t nb, const uint8_t* const*
       const float d0 = half_to_float(x0->d), d1 = half_to_float(x1->d);
       const float32x4_t dx = {d0, d1, d0, d1};
       int32x4_t s0 = vdupq_n_s32(0);
-      if constexpr (F::kTrailer) {
-        const int32_t e0 = i16_trailer(xr[2 * p], nb, b), e1 = i16_trailer(xr[2 * p + 1], nb, b);
+      if constexpr (F::kOffset != 0) {
+        const int32_t e0 = i16_start<F>(xr[2 * p], nb, b), e1 = i16_start<F>(xr[2 * p + 1], nb, b);
         s0 = int32x4_t{e0, e1, e0, e1};
       }
 #pragma GCC unroll 2

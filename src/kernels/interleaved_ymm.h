@@ -17,8 +17,8 @@
 //   AVX-VNNI: one vpdpbusd per vector sums the four products into the int32
 //     lane; two chains of partial sums hide its latency.
 //
-// The integer sum starts from the activation row's trailer (-offset x sum of
-// quants, Q4_0 and Q8_0 with VNNI) or from -32 x the sub-block's activation sum (Q6_K), which
+// The integer sum starts from -offset x the block's activation sum (the
+// row's trailer; Q4_0 and Q8_0 with VNNI) or from -32 x the sub-block's activation sum (Q6_K), which
 // removes the format's offset exactly; then one conversion and one
 // multiply-add apply the scales (the K formats fold the token's d into the
 // sub-block scale, and take their minimums off with the activation's
@@ -156,7 +156,7 @@ struct Legacy {
       F::quants(blk, h, q);
       for (int j = 0; j < TS; ++j) {
         const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
-        const __m256i s32 = dot_lanes<8, F::kWiden>(_mm256_set1_epi32(i16_trailer(xr[j], nb, b)), q, xb->qs,
+        const __m256i s32 = dot_lanes<8, F::kWiden>(_mm256_set1_epi32(i16_start<F>(xr[j], nb, b)), q, xb->qs,
                                                     [](int c) { return F::act_offset(c); });
         acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))), acc[j]);
       }

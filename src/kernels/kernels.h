@@ -42,10 +42,12 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n);
 // Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, K-quants -> Q8_K, F32/F16/BF16 -> F32.
 DType act_type(DType weight_type);
 // Bytes of one activation row of n elements as quantize_activation writes
-// it: the act_type blocks and, for Q8_0 activations, a trailer of one int32
-// per block holding -offset * (sum of its quants), where offset is what the
-// weight format adds to its stored quants (Q4_0 8, Q5_0 16, Q8_0 128). The
-// interleaved kernels start each block's integer sum from it.
+// it: the act_type blocks and, for Q8_0 and Q8_1 activations, a trailer of
+// one int32 per block holding the sum of its quants, from which the
+// interleaved kernels remove the offset of the weight format's loaded
+// quants (Q4_0's unsigned nibbles 8, x86's packed Q8_0 128). The row depends
+// only on act_type(weight_type), so matrices of different formats on the
+// same input share it.
 size_t act_row_bytes(DType weight_type, int64_t n);
 // Converts one f32 row into act_type(weight_type) (a plain copy for F32).
 void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, int64_t n);

@@ -20,8 +20,14 @@
 //                  element 16 + 4c + j, inverted (set where the value is
 //                  the nibble minus 16), so that NEON turns one test per bit
 //                  straight into the value's top four bits
+//   Q4_1 (320 bytes = 16 x 20; NEON only):
+//     d[16], m[16] the 16 rows' f16 scales and minimums
+//     qs[4][64]    as Q4_0's
+//   Q5_1 (384 bytes = 16 x 24; NEON only):
+//     d[16], m[16], qs[4][64] as Q4_1's
+//     qh[4][16]    as Q5_0's
 //
-// So one 64-byte chunk (after splitting nibbles for Q4_0 and Q5_0) holds four
+// So one 64-byte chunk (after splitting nibbles, all but Q8_0) holds four
 // consecutive elements of each of the 16 rows: vpdpbusd against the same four
 // activation bytes broadcast to every lane gives 16 rows' partial sums at once.
 // NEON reads the same chunk as four 16-byte vectors, rows 4k..4k+3 each: one
@@ -48,94 +54,157 @@ void register_interleaved_kquants_scalar(Backend& be);
 
 namespace {
 
-constexpr size_t kQ4_0Group = 16 * sizeof(BlockQ4_0);  // bytes of one block of a 16-row group
-constexpr size_t kQ8_0Group = 16 * sizeof(BlockQ8_0);
-constexpr size_t kQ5_0Group = 16 * sizeof(BlockQ5_0);
-constexpr size_t kQ5_0High = 32 + 4 * 64;  // where qh[4][16] starts in a packed block
+// Bytes of one block of a 16-row group; where the nibbles (kQs) and the
+// fifth bits (kHigh) start in it.
+struct Packed32 {
+  size_t bytes, qs, high;
+};
+constexpr Packed32 kQ4_0P{16 * sizeof(BlockQ4_0), 32, 0};
+constexpr Packed32 kQ5_0P{16 * sizeof(BlockQ5_0), 32, 32 + 4 * 64};
+constexpr Packed32 kQ8_0P{16 * sizeof(BlockQ8_0), 32, 0};
+constexpr Packed32 kQ4_1P{16 * sizeof(BlockQ4_1), 64, 0};
+constexpr Packed32 kQ5_1P{16 * sizeof(BlockQ5_1), 64, 64 + 4 * 64};
 
-// Row r's scale and nibble bytes of one block, where Q4_0 and Q5_0 keep them.
-void put_nibbles(uint8_t* out, int r, const uint16_t& d, const uint8_t* qs) {
+// Row r's scale and nibble bytes of one block.
+void put_nibbles(uint8_t* out, const Packed32& p, int r, const uint16_t& d, const uint8_t* qs) {
   std::memcpy(out + 2 * r, &d, 2);
-  for (int c = 0; c < 4; ++c) std::memcpy(out + 32 + 64 * c + 4 * r, qs + 4 * c, 4);
+  for (int c = 0; c < 4; ++c) std::memcpy(out + p.qs + 64 * c + 4 * r, qs + 4 * c, 4);
 }
 
-void pack_q4_0(const BlockQ4_0* src, uint8_t* dst, int64_t nb, int64_t g) {
-  uint8_t* out = dst + static_cast<size_t>(g) * 16 * static_cast<size_t>(nb) * sizeof(BlockQ4_0);
-  for (int64_t b = 0; b < nb; ++b, out += kQ4_0Group) {
-    for (int r = 0; r < 16; ++r) {
-      const BlockQ4_0& blk = src[(g * 16 + r) * nb + b];
-      put_nibbles(out, r, blk.d, blk.qs);
+// Row r's fifth bits (the format's qh) at p.high, inverted and regrouped
+// for NEON's byte tests (see the layout above).
+void put_fifth_bits(uint8_t* out, const Packed32& p, int r, const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  for (int j = 0; j < 4; ++j) {
+    uint8_t byte = 0;
+    for (int c = 0; c < 4; ++c) {
+      byte |= static_cast<uint8_t>(((h >> (4 * c + j)) & 1u) << c);
+      byte |= static_cast<uint8_t>(((h >> (16 + 4 * c + j)) & 1u) << (4 + c));
     }
+    out[p.high + 16 * (r / 4) + 4 * (r % 4) + j] = static_cast<uint8_t>(~byte);
   }
 }
 
-void pack_q8_0(const BlockQ8_0* src, uint8_t* dst, int64_t nb, int64_t g) {
-  uint8_t* out = dst + static_cast<size_t>(g) * 16 * static_cast<size_t>(nb) * sizeof(BlockQ8_0);
-  for (int64_t b = 0; b < nb; ++b, out += kQ8_0Group) {
-    for (int r = 0; r < 16; ++r) {
-      const BlockQ8_0& blk = src[(g * 16 + r) * nb + b];
-      std::memcpy(out + 2 * r, &blk.d, 2);
-      for (int c = 0; c < 8; ++c)
-        for (int j = 0; j < 4; ++j)
-          out[32 + 64 * c + 4 * r + j] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[4 * c + j]) ^ kQ8_0PackedBias);
-    }
+// Group g of a matrix of nb blocks per row, block by block.
+template <class WB, class Put>
+void pack_group(const Packed32& p, const void* src, void* dst, int64_t nb, int64_t g, Put put) {
+  const auto* rows = static_cast<const WB*>(src);
+  uint8_t* out = static_cast<uint8_t*>(dst) + static_cast<size_t>(g) * static_cast<size_t>(nb) * p.bytes;
+  for (int64_t b = 0; b < nb; ++b, out += p.bytes)
+    for (int r = 0; r < 16; ++r) put(out, r, rows[(g * 16 + r) * nb + b]);
+}
+
+void pack_32(DType type, const void* src, void* dst, int64_t nb, int64_t g) {
+  switch (type) {
+    case DType::Q4_0:
+      pack_group<BlockQ4_0>(kQ4_0P, src, dst, nb, g, [](uint8_t* out, int r, const BlockQ4_0& blk) {
+        put_nibbles(out, kQ4_0P, r, blk.d, blk.qs);
+      });
+      break;
+    case DType::Q5_0:
+      pack_group<BlockQ5_0>(kQ5_0P, src, dst, nb, g, [](uint8_t* out, int r, const BlockQ5_0& blk) {
+        put_nibbles(out, kQ5_0P, r, blk.d, blk.qs);
+        put_fifth_bits(out, kQ5_0P, r, blk.qh);
+      });
+      break;
+    case DType::Q4_1:
+      pack_group<BlockQ4_1>(kQ4_1P, src, dst, nb, g, [](uint8_t* out, int r, const BlockQ4_1& blk) {
+        put_nibbles(out, kQ4_1P, r, blk.d, blk.qs);
+        std::memcpy(out + 32 + 2 * r, &blk.m, 2);
+      });
+      break;
+    case DType::Q5_1:
+      pack_group<BlockQ5_1>(kQ5_1P, src, dst, nb, g, [](uint8_t* out, int r, const BlockQ5_1& blk) {
+        put_nibbles(out, kQ5_1P, r, blk.d, blk.qs);
+        std::memcpy(out + 32 + 2 * r, &blk.m, 2);
+        put_fifth_bits(out, kQ5_1P, r, blk.qh);
+      });
+      break;
+    case DType::Q8_0:
+      pack_group<BlockQ8_0>(kQ8_0P, src, dst, nb, g, [](uint8_t* out, int r, const BlockQ8_0& blk) {
+        std::memcpy(out + 2 * r, &blk.d, 2);
+        for (int c = 0; c < 8; ++c)
+          for (int j = 0; j < 4; ++j)
+            out[32 + 64 * c + 4 * r + j] =
+                static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[4 * c + j]) ^ kQ8_0PackedBias);
+      });
+      break;
+    default:
+      std::abort();  // preferred_layout never picks it
   }
 }
 
-void pack_q5_0(const BlockQ5_0* src, uint8_t* dst, int64_t nb, int64_t g) {
-  uint8_t* out = dst + static_cast<size_t>(g) * 16 * static_cast<size_t>(nb) * sizeof(BlockQ5_0);
-  for (int64_t b = 0; b < nb; ++b, out += kQ5_0Group) {
-    for (int r = 0; r < 16; ++r) {
-      const BlockQ5_0& blk = src[(g * 16 + r) * nb + b];
-      put_nibbles(out, r, blk.d, blk.qs);
-      uint32_t h;
-      std::memcpy(&h, blk.qh, 4);
-      for (int j = 0; j < 4; ++j) {
-        uint8_t byte = 0;
-        for (int c = 0; c < 4; ++c) {
-          byte |= static_cast<uint8_t>(((h >> (4 * c + j)) & 1u) << c);
-          byte |= static_cast<uint8_t>(((h >> (16 + 4 * c + j)) & 1u) << (4 + c));
-        }
-        out[kQ5_0High + 16 * (r / 4) + 4 * (r % 4) + j] = static_cast<uint8_t>(~byte);
-      }
-    }
+// Row r's nibble and fifth bit of element e (0..31) in a packed block.
+int nibble(const uint8_t* blk, const Packed32& p, int r, int e) {
+  const uint8_t byte = blk[p.qs + 64 * ((e % 16) / 4) + 4 * r + e % 4];
+  return e < 16 ? (byte & 15) : (byte >> 4);
+}
+int fifth_bit(const uint8_t* blk, const Packed32& p, int r, int e) {
+  const uint8_t high = blk[p.high + 16 * (r / 4) + 4 * (r % 4) + e % 4];
+  return ((high >> ((e < 16 ? 0 : 4) + (e % 16) / 4)) & 1) != 0 ? 0 : 1;  // stored inverted
+}
+
+// Each format's packed reading: q(blk, r, e) is row r's value e without the
+// scale (Q4_0 q - 8, Q5_0 q - 16, Q4_1/Q5_1 q, Q8_0 q); kMins: x = d q + m,
+// with m at 32 + 2r; XB the activation block.
+struct Q4_0R {
+  using XB = BlockQ8_0;
+  static constexpr Packed32 kP = kQ4_0P;
+  static constexpr bool kMins = false;
+  static int q(const uint8_t* blk, int r, int e) { return nibble(blk, kP, r, e) - 8; }
+};
+struct Q5_0R {
+  using XB = BlockQ8_0;
+  static constexpr Packed32 kP = kQ5_0P;
+  static constexpr bool kMins = false;
+  static int q(const uint8_t* blk, int r, int e) { return nibble(blk, kP, r, e) + 16 * fifth_bit(blk, kP, r, e) - 16; }
+};
+struct Q8_0R {
+  using XB = BlockQ8_0;
+  static constexpr Packed32 kP = kQ8_0P;
+  static constexpr bool kMins = false;
+  static int q(const uint8_t* blk, int r, int e) {
+    return static_cast<int8_t>(blk[32 + 64 * (e / 4) + 4 * r + e % 4] ^ kQ8_0PackedBias);
   }
+};
+struct Q4_1R {
+  using XB = BlockQ8_1;
+  static constexpr Packed32 kP = kQ4_1P;
+  static constexpr bool kMins = true;
+  static int q(const uint8_t* blk, int r, int e) { return nibble(blk, kP, r, e); }
+};
+struct Q5_1R {
+  using XB = BlockQ8_1;
+  static constexpr Packed32 kP = kQ5_1P;
+  static constexpr bool kMins = true;
+  static int q(const uint8_t* blk, int r, int e) { return nibble(blk, kP, r, e) + 16 * fifth_bit(blk, kP, r, e); }
+};
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp::half_to_float(h);
 }
 
-// Quant e (0..31) of row r in a packed block, without the format's offset.
-int q4_0_at(const uint8_t* blk, int r, int e) {
-  const int c = (e % 16) / 4, j = e % 4;
-  const uint8_t byte = blk[32 + 64 * c + 4 * r + j];
-  return (e < 16 ? (byte & 15) : (byte >> 4)) - 8;
-}
-int q5_0_at(const uint8_t* blk, int r, int e) {
-  const int c = (e % 16) / 4, j = e % 4;
-  const uint8_t high = blk[kQ5_0High + 16 * (r / 4) + 4 * (r % 4) + j];
-  const bool minus16 = ((high >> (e < 16 ? c : 4 + c)) & 1) != 0;
-  return q4_0_at(blk, r, e) + 8 - (minus16 ? 16 : 0);
-}
-int q8_0_at(const uint8_t* blk, int r, int e) {
-  return static_cast<int8_t>(blk[32 + 64 * (e / 4) + 4 * r + e % 4] ^ kQ8_0PackedBias);
-}
-
-// y = sum over blocks of d_w * d_x * (integer dot), as ggml's vec_dot does.
-template <size_t kGroupBlock, int (*At)(const uint8_t*, int, int)>
+// y = sum over blocks of d_w * d_x * (integer dot) [+ m_w * s_x], as ggml's
+// vec_dot does.
+template <class R>
 void gemm_i16_scalar(const GemmArgs& a, int64_t r0, int64_t r1) {
   const int64_t nb = a.n / 32;
   const auto* w = static_cast<const uint8_t*>(a.w);
   for (int64_t g = r0 / 16; g < r1 / 16; ++g) {
     const uint8_t* gp = w + static_cast<size_t>(g) * 16 * a.w_stride;
     for (int64_t t = 0; t < a.n_tok; ++t) {
-      const auto* x = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(a.x) + t * a.x_stride);
+      const auto* x = reinterpret_cast<const typename R::XB*>(static_cast<const uint8_t*>(a.x) + t * a.x_stride);
       for (int r = 0; r < 16; ++r) {
         float sum = 0;
         for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = gp + static_cast<size_t>(b) * kGroupBlock;
-          uint16_t dw;
-          std::memcpy(&dw, blk + 2 * r, 2);
+          const uint8_t* blk = gp + static_cast<size_t>(b) * R::kP.bytes;
           int isum = 0;
-          for (int e = 0; e < 32; ++e) isum += At(blk, r, e) * x[b].qs[e];
-          sum += static_cast<float>(isum) * (fp::half_to_float(dw) * fp::half_to_float(x[b].d));
+          for (int e = 0; e < 32; ++e) isum += R::q(blk, r, e) * x[b].qs[e];
+          sum += static_cast<float>(isum) * (half_at(blk + 2 * r) * fp::half_to_float(x[b].d));
+          if constexpr (R::kMins) sum += half_at(blk + 32 + 2 * r) * fp::half_to_float(x[b].s);
         }
         a.y[t * a.ldy + g * 16 + r] = sum;
       }
@@ -143,10 +212,26 @@ void gemm_i16_scalar(const GemmArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
+template <class R>
+void dequantize_row_32(const void* packed, int64_t cols, int64_t r, float* dst) {
+  const int64_t nb = cols / 32;
+  const auto* gp = static_cast<const uint8_t*>(packed) + static_cast<size_t>(r / 16) * static_cast<size_t>(nb) * R::kP.bytes;
+  const int row = static_cast<int>(r % 16);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = gp + static_cast<size_t>(b) * R::kP.bytes;
+    const float d = half_at(blk + 2 * row);
+    const float m = R::kMins ? half_at(blk + 32 + 2 * row) : 0.0f;
+    for (int e = 0; e < 32; ++e) {
+      const float v = d * static_cast<float>(R::q(blk, row, e));
+      dst[b * 32 + e] = R::kMins ? v + m : v;
+    }
+  }
+}
+
 }  // namespace
 
 size_t packed_bytes(DType type, Layout layout, int64_t rows, int64_t cols) {
-  // Q4_0, Q5_0 and Q8_0 keep their size; the K formats unpack their scales.
+  // The 32-element formats keep their size; the K formats unpack their scales.
   const size_t sb = kquant_group_sb_bytes(type);
   if (layout == Layout::Rows || sb == 0) return row_bytes(type, cols) * static_cast<size_t>(rows);
   return static_cast<size_t>((rows + 15) / 16) * static_cast<size_t>(cols / kQK_K) * sb;
@@ -159,15 +244,7 @@ void pack_rows(DType type, Layout layout, const void* src, void* dst, int64_t co
     for (int64_t g = r0 / 16; g < r1 / 16; ++g) pack_kquant_group(type, src, dst, cols, g);
     return;
   }
-  const int64_t nb = cols / 32;
-  for (int64_t g = r0 / 16; g < r1 / 16; ++g) {
-    switch (type) {
-      case DType::Q4_0: pack_q4_0(static_cast<const BlockQ4_0*>(src), static_cast<uint8_t*>(dst), nb, g); break;
-      case DType::Q8_0: pack_q8_0(static_cast<const BlockQ8_0*>(src), static_cast<uint8_t*>(dst), nb, g); break;
-      case DType::Q5_0: pack_q5_0(static_cast<const BlockQ5_0*>(src), static_cast<uint8_t*>(dst), nb, g); break;
-      default: std::abort();  // preferred_layout never picks it
-    }
-  }
+  for (int64_t g = r0 / 16; g < r1 / 16; ++g) pack_32(type, src, dst, cols / 32, g);
 }
 
 void dequantize_packed_row(DType type, Layout layout, const void* packed, int64_t cols, int64_t r, float* dst) {
@@ -176,31 +253,22 @@ void dequantize_packed_row(DType type, Layout layout, const void* packed, int64_
     dequantize_kquant_packed_row(type, packed, cols, r, dst);
     return;
   }
-  const int64_t nb = cols / 32;
-  int (*at)(const uint8_t*, int, int) = nullptr;
-  size_t block = 0;
   switch (type) {
-    case DType::Q4_0: at = q4_0_at, block = kQ4_0Group; break;
-    case DType::Q5_0: at = q5_0_at, block = kQ5_0Group; break;
-    case DType::Q8_0: at = q8_0_at, block = kQ8_0Group; break;
+    case DType::Q4_0: return dequantize_row_32<Q4_0R>(packed, cols, r, dst);
+    case DType::Q5_0: return dequantize_row_32<Q5_0R>(packed, cols, r, dst);
+    case DType::Q8_0: return dequantize_row_32<Q8_0R>(packed, cols, r, dst);
+    case DType::Q4_1: return dequantize_row_32<Q4_1R>(packed, cols, r, dst);
+    case DType::Q5_1: return dequantize_row_32<Q5_1R>(packed, cols, r, dst);
     default: std::abort();
-  }
-  const auto* gp = static_cast<const uint8_t*>(packed) + static_cast<size_t>(r / 16) * static_cast<size_t>(nb) * block;
-  const int row = static_cast<int>(r % 16);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gp + static_cast<size_t>(b) * block;
-    uint16_t dh;
-    std::memcpy(&dh, blk + 2 * row, 2);
-    const float d = fp::half_to_float(dh);
-    for (int e = 0; e < 32; ++e)
-      dst[b * 32 + e] = d * static_cast<float>(at(blk, row, e));
   }
 }
 
 void register_interleaved_scalar(Backend& be) {
-  be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16_scalar<kQ4_0Group, q4_0_at>;
-  be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16_scalar<kQ8_0Group, q8_0_at>;
-  be.gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_i16_scalar<kQ5_0Group, q5_0_at>;
+  be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16_scalar<Q4_0R>;
+  be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16_scalar<Q8_0R>;
+  be.gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_i16_scalar<Q5_0R>;
+  be.gemm_i16[static_cast<int>(DType::Q4_1)] = gemm_i16_scalar<Q4_1R>;
+  be.gemm_i16[static_cast<int>(DType::Q5_1)] = gemm_i16_scalar<Q5_1R>;
   register_interleaved_kquants_scalar(be);
 }
 

@@ -1,6 +1,7 @@
 // The interleaved layout (Layout::Interleave16) of the K formats Q4_K, Q5_K
 // and Q6_K: packing, row read-back, and the scalar reference gemm that the
-// SIMD kernels (interleaved_kquants_avx512.cpp) are tested against.
+// SIMD kernels (interleaved_kquants_avx512.cpp, interleaved_ymm.h,
+// interleaved_kquants_neon.cpp) are tested against.
 //
 // A group of 16 rows is stored super-block (256 elements) by super-block.
 // The 6-bit scales and minimums are unpacked to one byte per row and

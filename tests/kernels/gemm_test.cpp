@@ -12,6 +12,7 @@
 #endif
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <iostream>
 #include <random>
@@ -270,20 +271,22 @@ TEST_P(ActQuant, EveryIsaIsBitIdenticalToReference) {
       if (variant == 4) {
         for (int64_t i = 0; i < n; i += 7) x[i] = -x[i] * 40.0f;  // outliers of either sign
       }
-      // The blocks, then (Q8_0 activations) one int32 per block: -offset * sum of quants.
+      // The blocks, then (Q8_0 and Q8_1 activations) one int32 per block: the sum of its quants.
       const size_t blocks = at == DType::F32 ? static_cast<size_t>(n) * 4 : row_bytes(at, n);
       std::vector<uint8_t> want(act_row_bytes(wt, n));
       quantize_row(at, x.data(), want.data(), n);
-      if (at == DType::Q8_0) {
-        const auto* qb = reinterpret_cast<const BlockQ8_0*>(want.data());
+      const size_t block_bytes = at == DType::Q8_1 ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
+      const size_t qs_at = at == DType::Q8_1 ? offsetof(BlockQ8_1, qs) : offsetof(BlockQ8_0, qs);
+      if (at == DType::Q8_0 || at == DType::Q8_1) {
         for (int64_t b = 0; b < n / 32; ++b) {
           int32_t sum = 0;
-          for (int j = 0; j < 32; ++j) sum += qb[b].qs[j];
-          const int32_t v = -8 * sum;  // Q4_0 stores quants + 8
-          std::memcpy(want.data() + blocks + static_cast<size_t>(b) * 4, &v, 4);
+          for (int j = 0; j < 32; ++j)
+            sum += static_cast<int8_t>(want[static_cast<size_t>(b) * block_bytes + qs_at + static_cast<size_t>(j)]);
+          std::memcpy(want.data() + blocks + static_cast<size_t>(b) * 4, &sum, 4);
         }
       }
-      ASSERT_EQ(want.size(), at == DType::Q8_0 ? blocks + static_cast<size_t>(n / 32) * 4 : blocks);
+      const bool sums = at == DType::Q8_0 || at == DType::Q8_1;
+      ASSERT_EQ(want.size(), sums ? blocks + static_cast<size_t>(n / 32) * 4 : blocks);
       for (Isa isa : supported_isas()) {
         std::vector<uint8_t> got(want.size(), 0xee);
         quantize_activation(isa, wt, x.data(), got.data(), n);

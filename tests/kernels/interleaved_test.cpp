@@ -47,7 +47,8 @@ Acts random_acts(DType wtype, int64_t n_tok, int64_t cols, std::mt19937& rng) {
 
 // The formats with an interleaved layout.
 const std::vector<DType>& packed_types() {
-  static const std::vector<DType> v = {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  static const std::vector<DType> v = {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_1,
+                                       DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   return v;
 }
 
@@ -126,10 +127,11 @@ TEST(Interleaved, EveryIsaMatchesTheRowLayout) {
 
 // Uniformly random bits: every quant, scale and minimum value occurs,
 // extremes included (Q6_K scales of -128, 6-bit scales and minimums of 63,
-// Q5_0's fifth bits in every combination, -16 and 15 among its values).
+// Q5_0's fifth bits in every combination, -16 and 15 among its values,
+// Q5_1's 0 and 31, minimums of either sign).
 TEST(Interleaved, RandomBitsMatchTheRowLayout) {
   std::mt19937 rng(12);
-  for (DType t : {DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q5_0, DType::Q8_0, DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int64_t rows : {32, 64}) {
       for (int64_t cols : {256, 1536}) expect_matches_rows(t, test::random_weights(t, rows, cols, rng), rows, cols, rng);
     }
@@ -174,6 +176,28 @@ TEST(Interleaved, LargestQuantsAndActivationsDoNotOverflow) {
   }
 }
 
+// An activation row depends only on its format, not on the weights it
+// meets: Forward quantizes one input once for several matrices (attn_q, k,
+// v), whose formats may differ (a Q4_K mix falls back to Q5_0 and Q8_0 on
+// rows that are no multiple of 256). Each interleaved kernel removes its own
+// offset from the block sums in the row's trailer.
+TEST(Interleaved, ActivationRowsDependOnlyOnTheirFormat) {
+  std::mt19937 rng(21);
+  const auto f = test::random_floats(256, rng);
+  for (const std::vector<DType>& same : {std::vector<DType>{DType::Q4_0, DType::Q5_0, DType::Q8_0},
+                                         std::vector<DType>{DType::Q4_1, DType::Q5_1}}) {
+    for (Isa isa : supported_isas()) {
+      std::vector<uint8_t> first;
+      for (DType t : same) {
+        std::vector<uint8_t> row(act_row_bytes(t, 256));
+        quantize_activation(isa, t, f.data(), row.data(), 256);
+        if (first.empty()) first = row;
+        EXPECT_EQ(row, first) << dtype_name(t) << " " << isa_name(isa);
+      }
+    }
+  }
+}
+
 TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
   for (Isa isa : supported_isas()) {
     // So the comparisons above ran each ISA's own kernel, not the scalar
@@ -188,9 +212,11 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
           << dtype_name(t) << " " << isa_name(isa);
       EXPECT_EQ(preferred_layout(isa, t, 1530, 1536), Layout::Rows);
     }
-    // Q5_0's fifth bits are packed for NEON's byte tests; x86 reads rows.
-    EXPECT_EQ(preferred_layout(isa, DType::Q5_0, 896, 896), isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
-        << isa_name(isa);
+    // Q5_0's fifth bits are packed for NEON's byte tests; x86 reads rows,
+    // as it does Q4_1 and Q5_1.
+    for (DType t : {DType::Q5_0, DType::Q4_1, DType::Q5_1})
+      EXPECT_EQ(preferred_layout(isa, t, 896, 896), isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
+          << dtype_name(t) << " " << isa_name(isa);
     EXPECT_EQ(preferred_layout(isa, DType::Q4_0, 1530, 1536), Layout::Rows);  // rows not a multiple of 16
     EXPECT_EQ(preferred_layout(isa, DType::Q3_K, 1536, 1536), Layout::Rows);  // no interleaved kernel
   }
@@ -208,13 +234,15 @@ TEST(Interleaved, ReportsNeonI8mm) {
 #endif
 }
 
-// Q4_0/Q5_0/Q8_0 keep their size; the K formats' unpacked scales cost 64 bytes per
+// The 32-element formats keep their size; the K formats' unpacked scales cost 64 bytes per
 // group and super-block (Q4_K, Q5_K) or nothing (Q6_K).
 TEST(Interleaved, PackedSizes) {
   for (DType t : packed_types()) EXPECT_EQ(packed_bytes(t, Layout::Rows, 48, 1536), row_bytes(t, 1536) * 48);
   EXPECT_EQ(packed_bytes(DType::Q4_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_0, 1536) * 48);
   EXPECT_EQ(packed_bytes(DType::Q8_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q8_0, 1536) * 48);
   EXPECT_EQ(packed_bytes(DType::Q5_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_0, 1536) * 48);
+  EXPECT_EQ(packed_bytes(DType::Q4_1, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_1, 1536) * 48);
+  EXPECT_EQ(packed_bytes(DType::Q5_1, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_1, 1536) * 48);
   EXPECT_EQ(packed_bytes(DType::Q4_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_K, 1536) * 48 + 3 * 6 * 64);
   EXPECT_EQ(packed_bytes(DType::Q5_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_K, 1536) * 48 + 3 * 6 * 64);
   EXPECT_EQ(packed_bytes(DType::Q6_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q6_K, 1536) * 48);
