@@ -393,7 +393,7 @@ measure() {
   # Evidence from the server's log: refusals by reason, errors and warnings.
   if [[ -n $slog && -f $slog ]]; then
     {
-      echo "server log ($slog): $(grep -c 'admit accept' "$slog" || true) admitted, refusals by reason: $(grep -o 'admit reject[^ ]* *req=[^ ]* reason=[a-z_]*' "$slog" | sed 's/.*reason=//' | sort | uniq -c | awk '{ printf "%s=%s ", $2, $1 }')"
+      echo "server log ($slog): $(grep -c 'admit accept' "$slog" || true) admitted, refusals by reason: $(grep -o 'admit reject .*reason=[a-z_]*' "$slog" | sed 's/.*reason=//' | sort | uniq -c | awk '{ printf "%s=%s ", $2, $1 }')"
       local errs
       errs=$(grep -Ei '\[(error|critical)\]|\[warning\]|exception|killed' "$slog" | tail -5 || true)
       if [[ -n $errs ]]; then
