@@ -10,6 +10,8 @@
 
 #include <arm_neon.h>
 
+#include <type_traits>
+
 #include "kernels/blocks.h"
 #include "kernels/interleaved_driver.h"
 #include "kernels/simd_neon.h"
@@ -69,24 +71,35 @@ inline __attribute__((always_inline)) void load_five_bits(const uint8_t* blk, in
 // sum starts from -kOffset x the activations' sum, i16_start), XB the
 // activation block; kHasMins: Q4_1/Q5_1's minimums m, whose term is m x the
 // activation block's s (= d_x x its sum), as in ggml's vec_dot.
-struct Q4_0Quarter {
-  static constexpr size_t kBlock = Q4_0Layout::kBlock;
-  static constexpr int32_t kOffset = 8;
-  static constexpr bool kHasMins = false;
-  using XB = BlockQ8_0;
+//
+// The nibble formats: L their layout, kFifthBits whether the fifth bits
+// join them (as q - 16), kOff the offset, X the activation block (Q8_1 for
+// the formats with minimums).
+template <class Lay, bool kFifthBits, int32_t kOff, class X>
+struct NibbleQuarter {
+  using L = Lay;
+  using XB = X;
+  static constexpr size_t kBlock = L::kBlock;
+  static constexpr int32_t kOffset = kOff;
+  static constexpr bool kHasMins = std::is_same_v<X, BlockQ8_1>;
   static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
-    load_nibbles<Q4_0Layout>(blk, k, q);
+    if constexpr (kFifthBits) {
+      load_five_bits<L>(blk, k, q);
+    } else {
+      load_nibbles<L>(blk, k, q);
+    }
   }
 };
-struct Q5_0Quarter {
-  static constexpr size_t kBlock = Q5_0Layout::kBlock;
-  static constexpr int32_t kOffset = 0;
-  static constexpr bool kHasMins = false;
-  using XB = BlockQ8_0;
-  static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
-    load_five_bits<Q5_0Layout>(blk, k, q);
-  }
-};
+using Q4_0Quarter = NibbleQuarter<Q4_0Layout, false, 8, BlockQ8_0>;
+using Q5_0Quarter = NibbleQuarter<Q5_0Layout, true, 0, BlockQ8_0>;
+// Q4_1: q (0..15) exactly as loaded.
+using Q4_1Quarter = NibbleQuarter<Q4_1Layout, false, 0, BlockQ8_1>;
+// Q5_1: q (0..31) is loaded as Q5_0's q - 16 and the sum starts from +16 x
+// the activations' sum: the integer dot product of q itself, so the
+// minimum's term is ggml's m x s and not (m + 16d) x s, which would carry
+// s's f16 rounding times 16d.
+using Q5_1Quarter = NibbleQuarter<Q5_1Layout, true, -16, BlockQ8_1>;
+
 struct Q8_0Quarter {
   static constexpr size_t kBlock = Q8_0Layout::kBlock;
   static constexpr int32_t kOffset = 0;
@@ -96,32 +109,6 @@ struct Q8_0Quarter {
     static_assert(kQ8_0PackedBias == 0, "NEON reads the packed quants as signed bytes");
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) q[c] = load_s8(blk + 32 + 64 * c + 16 * k);
-  }
-};
-// Q4_1: q (0..15) exactly as loaded.
-struct Q4_1Quarter {
-  using L = Q4_1Layout;
-  static constexpr size_t kBlock = L::kBlock;
-  static constexpr int32_t kOffset = 0;
-  static constexpr bool kHasMins = true;
-  using XB = BlockQ8_1;
-  static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
-    load_nibbles<L>(blk, k, q);
-  }
-};
-// Q5_1: q (0..31) does not fit sdot's signed bytes as a nibble pair would,
-// so it is loaded as Q5_0's q - 16 and the sum starts from +16 x the
-// activations' sum: the integer dot product of q itself, so the minimum's
-// term is ggml's m x s and not (m + 16d) x s, which would carry s's f16
-// rounding times 16d.
-struct Q5_1Quarter {
-  using L = Q5_1Layout;
-  static constexpr size_t kBlock = L::kBlock;
-  static constexpr int32_t kOffset = -16;
-  static constexpr bool kHasMins = true;
-  using XB = BlockQ8_1;
-  static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
-    load_five_bits<L>(blk, k, q);
   }
 };
 
