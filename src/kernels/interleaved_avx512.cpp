@@ -52,6 +52,29 @@ struct Q4_0I16 : Q4_0Layout {
   }
 };
 
+// Q5_0: Q4_0's nibbles with 16 added where the fifth bit is set (its
+// inverted bit clear): the bits of chunk c shifted to bit 4 of each byte
+// (16-bit shifts keep every bit in its byte for these distances).
+struct Q5_0I16 : Q5_0Layout {
+  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
+    const __m512i m = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(0x10);
+    const __m512i inv = _mm512_loadu_si512(blk + kHigh);
+    q[0] = _mm512_andnot_si512(_mm512_slli_epi16(inv, 4), b16);
+    q[1] = _mm512_andnot_si512(_mm512_slli_epi16(inv, 3), b16);
+    q[2] = _mm512_andnot_si512(_mm512_slli_epi16(inv, 2), b16);
+    q[3] = _mm512_andnot_si512(_mm512_slli_epi16(inv, 1), b16);
+    q[4] = _mm512_andnot_si512(inv, b16);
+    q[5] = _mm512_andnot_si512(_mm512_srli_epi16(inv, 1), b16);
+    q[6] = _mm512_andnot_si512(_mm512_srli_epi16(inv, 2), b16);
+    q[7] = _mm512_andnot_si512(_mm512_srli_epi16(inv, 3), b16);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(blk + kQuants + 64 * c);
+      q[c] = _mm512_or_si512(q[c], _mm512_and_si512(v, m));
+      q[c + 4] = _mm512_or_si512(q[c + 4], _mm512_and_si512(_mm512_srli_epi16(v, 4), m));
+    }
+  }
+};
+
 struct Q8_0I16 : Q8_0Layout {
   static_assert(kQ8_0PackedBias == 0x80, "vpdpbusd reads the packed quants as q + 128");
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
@@ -118,6 +141,7 @@ void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
 void register_interleaved_avx512(Backend& be) {
   be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16<Q4_0I16>;
   be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16<Q8_0I16>;
+  be.gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_i16<Q5_0I16>;
   register_interleaved_kquants_avx512(be);
 }
 

@@ -60,9 +60,15 @@ struct Q4_0Layout {
   static constexpr size_t kQuants = 32;
   static constexpr int act_offset(int c) { return c < 4 ? 4 * c : 16 + 4 * (c - 4); }
 };
-struct Q5_0Layout {  // Q4_0's chunks, then the fifth bits (pack.cpp); NEON only
+// Q5_0: Q4_0's chunks, then the fifth bits (pack.cpp), inverted, one byte
+// per byte of a chunk (byte 4r + j of the 64 at kHigh: row r, position j;
+// bit c for the low nibble of chunk c, bit 4 + c for the high one). x86
+// reads q (0..31) unsigned; NEON q - 16, signed.
+struct Q5_0Layout {
   static constexpr size_t kBlock = 16 * sizeof(BlockQ5_0);
   static constexpr size_t kQuants = 32, kHigh = 32 + 4 * 64;
+  static constexpr int32_t kOffset = 16;
+  static constexpr int act_offset(int c) { return Q4_0Layout::act_offset(c); }
 };
 // Q4_1 and Q5_1 (NEON only): the scales d[16], the minimums m[16], then
 // Q4_0's chunks (and Q5_1 Q5_0's fifth bits).

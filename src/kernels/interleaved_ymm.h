@@ -93,6 +93,31 @@ struct Q4_0Y : Q4_0Layout {
   }
 };
 
+// Q5_0: as Q4_0's, with 16 added where the fifth bit is set (its inverted
+// bit clear, moved to bit 4 of each byte by a 16-bit shift that keeps every
+// bit in its byte). Pair sums up to 2 x 31 x 127 = 7874: four fit 16 bits.
+struct Q5_0Y : Q5_0Layout {
+  static constexpr bool kSignFix = false;
+  static constexpr int kWiden = 4;
+  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
+    const __m256i m = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(0x10);
+    const __m256i inv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kHigh + 32 * h));
+    q[0] = _mm256_andnot_si256(_mm256_slli_epi16(inv, 4), b16);
+    q[1] = _mm256_andnot_si256(_mm256_slli_epi16(inv, 3), b16);
+    q[2] = _mm256_andnot_si256(_mm256_slli_epi16(inv, 2), b16);
+    q[3] = _mm256_andnot_si256(_mm256_slli_epi16(inv, 1), b16);
+    q[4] = _mm256_andnot_si256(inv, b16);
+    q[5] = _mm256_andnot_si256(_mm256_srli_epi16(inv, 1), b16);
+    q[6] = _mm256_andnot_si256(_mm256_srli_epi16(inv, 2), b16);
+    q[7] = _mm256_andnot_si256(_mm256_srli_epi16(inv, 3), b16);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQuants + 64 * c + 32 * h));
+      q[c] = _mm256_or_si256(q[c], _mm256_and_si256(v, m));
+      q[c + 4] = _mm256_or_si256(q[c + 4], _mm256_and_si256(_mm256_srli_epi16(v, 4), m));
+    }
+  }
+};
+
 // Q8_0 as packed on x86 (q + 128): q[c] is elements 4c..4c+3. With VNNI,
 // vpdpbusd takes them as they are. Without it, q + 128 (up to 255) times 127
 // overflows a vpmaddubsw pair sum, so the AVX2 build takes the signed quant
@@ -331,6 +356,7 @@ void gemm_ymm(const GemmArgs& a, int64_t r0, int64_t r1) {
 inline void register_ymm_common(GemmFn (&gemm_i16)[kNumDTypeSlots]) {
   gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_ymm<Legacy<Q4_0Y>>;
   gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_ymm<Legacy<Q8_0Y>>;
+  gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_ymm<Legacy<Q5_0Y>>;
   gemm_i16[static_cast<int>(DType::Q4_K)] = gemm_ymm<KQuant<Q45KY<false>>>;
   gemm_i16[static_cast<int>(DType::Q5_K)] = gemm_ymm<KQuant<Q45KY<true>>>;
   gemm_i16[static_cast<int>(DType::Q6_K)] = gemm_ymm<KQuant<Q6KY>>;

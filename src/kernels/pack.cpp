@@ -12,7 +12,7 @@
 //     qs[8][64]    chunk c, byte 4r + j = quant 4c + j of row r, plus
 //                  kQ8_0PackedBias (blocks.h): on x86 128, an unsigned byte
 //                  as vpdpbusd wants; on ARM the signed quant as stored
-//   Q5_0 (352 bytes = 16 x 22; only NEON has a kernel for it):
+//   Q5_0 (352 bytes = 16 x 22):
 //     d[16], qs[4][64]  as Q4_0 (the nibbles)
 //     qh[4][16]    the fifth bits of rows 4k..4k+3 in qh[k], one byte per
 //                  position of qs: byte 4i + j (row 4k + i) holds in bit c

@@ -212,9 +212,10 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
           << dtype_name(t) << " " << isa_name(isa);
       EXPECT_EQ(preferred_layout(isa, t, 1530, 1536), Layout::Rows);
     }
-    // Q5_0's fifth bits are packed for NEON's byte tests; x86 reads rows,
-    // as it does Q4_1 and Q5_1.
-    for (DType t : {DType::Q5_0, DType::Q4_1, DType::Q5_1})
+    EXPECT_EQ(preferred_layout(isa, DType::Q5_0, 896, 896), x86 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
+        << isa_name(isa);
+    // Q4_1 and Q5_1 have interleaved kernels on NEON only; x86 reads rows.
+    for (DType t : {DType::Q4_1, DType::Q5_1})
       EXPECT_EQ(preferred_layout(isa, t, 896, 896), isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
           << dtype_name(t) << " " << isa_name(isa);
     EXPECT_EQ(preferred_layout(isa, DType::Q4_0, 1530, 1536), Layout::Rows);  // rows not a multiple of 16
