@@ -93,6 +93,7 @@ struct MmlaPass {
 void register_interleaved_i8mm(Backend& be) {
   be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16<MmlaPass, Q4_0Quarter>;
   be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16<MmlaPass, Q8_0Quarter>;
+  be.gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_i16<MmlaPass, Q5_0Quarter>;
 }
 
 }  // namespace edgelm::kernels
