@@ -1,6 +1,6 @@
 // Internal: what the interleaved-layout (Layout::Interleave16) gemms share: the
 // layout facts they read (block sizes, offsets, activation trailer), and their
-// loop nest, for the Q4_0/Q8_0 and the K-format kernels of every ISA. For
+// loop nest, for the 32-element and the K-format kernels of every ISA. For
 // the loop nest a kernel supplies its tile as a callable
 //
 //   tile.template operator()<G, T>(const uint8_t* gp, int64_t t0, float* y)

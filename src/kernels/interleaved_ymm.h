@@ -18,7 +18,7 @@
 //     lane; two chains of partial sums hide its latency.
 //
 // The integer sum starts from -offset x the block's activation sum (the
-// row's trailer; Q4_0 and Q8_0 with VNNI) or from -32 x the sub-block's activation sum (Q6_K), which
+// row's trailer; Q4_0, Q5_0 and Q8_0 with VNNI) or from -32 x the sub-block's activation sum (Q6_K), which
 // removes the format's offset exactly; then one conversion and one
 // multiply-add apply the scales (the K formats fold the token's d into the
 // sub-block scale, and take their minimums off with the activation's
@@ -76,7 +76,7 @@ inline __attribute__((always_inline)) __m256i dot_lanes(__m256i init, const __m2
 #endif
 }
 
-// ---- Q4_0 and Q8_0: blocks of 32, one f16 scale per row and block ----------
+// ---- Q4_0, Q5_0 and Q8_0: blocks of 32, one f16 scale per row and block ---
 
 // Rows 8h..8h+7 of one packed block: q[0..3] are elements 4c..4c+3 (low
 // nibbles of chunk c), q[4..7] elements 16+4c.. (high).

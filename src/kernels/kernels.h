@@ -87,7 +87,7 @@ void gemm(Isa isa, const GemmArgs& a, int64_t r0, int64_t r1);
 // weight vector across tokens without per-block float work), else Rows.
 Layout preferred_layout(Isa isa, DType type, int64_t rows, int64_t cols);
 // Bytes of a rows x cols matrix of `type` in `layout` (Rows: the file's
-// size; Interleave16: the same for Q4_0/Q8_0; formats whose packed form
+// size; Interleave16: the same for the 32-element formats; formats whose packed form
 // unpacks scales may take a little more).
 size_t packed_bytes(DType type, Layout layout, int64_t rows, int64_t cols);
 // Rearranges rows [r0, r1) (multiples of 16) of a GGUF-layout matrix with

@@ -1,4 +1,4 @@
-// The interleaved layout: packing keeps every byte (Q4_0/Q8_0) or every value
+// The interleaved layout: packing keeps every byte (Q4_0) or every value
 // (the K formats, whose scales are unpacked), rows read back exactly, and the
 // interleaved gemm (scalar reference and every SIMD kernel) gives the same
 // products as the row-layout gemm on the same weights and activations.
