@@ -5,12 +5,14 @@
 // lanes leave the 16 rows' integer dot products in one register, and one
 // conversion and one multiply-add apply the block scales. The integer sum
 // starts from -offset x the activations' sum (the row's trailer holds the
-// sum), which removes the format's offset exactly.
+// sum), which removes the format's offset exactly. Q4_1 and Q5_1 read q
+// unsigned (no offset) and add one more multiply-add for the minimums.
 //
 // The loop nest around the tiles is interleaved_driver.h's.
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
@@ -41,24 +43,37 @@ inline __m512i bcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-struct Q4_0I16 : Q4_0Layout {
-  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
+// The nibble formats: the quants of chunk c at L::kQuants + 64c, split into
+// low (q[c]) and high (q[c + 4]) nibbles, read as unsigned q; the sum starts
+// from -kOff x the activations' sum. X: the activation block (Q4_1 and Q5_1
+// meet Q8_1 rows, whose s = d x the block's sum carries the minimum's term).
+template <class L, int32_t kOff, class X = BlockQ8_0>
+struct Nibbles16 : L {
+  using XB = X;
+  static constexpr int32_t kOffset = kOff;
+  static constexpr bool kHasMins = std::is_same_v<X, BlockQ8_1>;
+  static constexpr int act_offset(int c) { return Q4_0Layout::act_offset(c); }
+  static inline __attribute__((always_inline)) void nibbles(const uint8_t* blk, __m512i (&q)[8]) {
     const __m512i m = _mm512_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {
-      const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * c);
+      const __m512i v = _mm512_loadu_si512(blk + L::kQuants + 64 * c);
       q[c] = _mm512_and_si512(v, m);
       q[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
     }
   }
+  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) { nibbles(blk, q); }
 };
 
-// Q5_0: Q4_0's nibbles with 16 added where the fifth bit is set (its
+// Q5_0 and Q5_1: the nibbles with 16 added where the fifth bit is set (its
 // inverted bit clear): the bits of chunk c shifted to bit 4 of each byte
 // (16-bit shifts keep every bit in its byte for these distances).
-struct Q5_0I16 : Q5_0Layout {
+template <class L, int32_t kOff, class X = BlockQ8_0>
+struct Fifths16 : Nibbles16<L, kOff, X> {
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
-    const __m512i m = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(0x10);
-    const __m512i inv = _mm512_loadu_si512(blk + kHigh);
+    const __m512i b16 = _mm512_set1_epi8(0x10);
+    const __m512i inv = _mm512_loadu_si512(blk + L::kHigh);
+    __m512i n[8];
+    Nibbles16<L, kOff, X>::nibbles(blk, n);
     q[0] = _mm512_andnot_si512(_mm512_slli_epi16(inv, 4), b16);
     q[1] = _mm512_andnot_si512(_mm512_slli_epi16(inv, 3), b16);
     q[2] = _mm512_andnot_si512(_mm512_slli_epi16(inv, 2), b16);
@@ -67,18 +82,21 @@ struct Q5_0I16 : Q5_0Layout {
     q[5] = _mm512_andnot_si512(_mm512_srli_epi16(inv, 1), b16);
     q[6] = _mm512_andnot_si512(_mm512_srli_epi16(inv, 2), b16);
     q[7] = _mm512_andnot_si512(_mm512_srli_epi16(inv, 3), b16);
-    for (int c = 0; c < 4; ++c) {
-      const __m512i v = _mm512_loadu_si512(blk + kQuants + 64 * c);
-      q[c] = _mm512_or_si512(q[c], _mm512_and_si512(v, m));
-      q[c + 4] = _mm512_or_si512(q[c + 4], _mm512_and_si512(_mm512_srli_epi16(v, 4), m));
-    }
+    for (int c = 0; c < 8; ++c) q[c] = _mm512_or_si512(q[c], n[c]);
   }
 };
 
+using Q4_0I16 = Nibbles16<Q4_0Layout, 8>;
+using Q5_0I16 = Fifths16<Q5_0Layout, 16>;
+using Q4_1I16 = Nibbles16<Q4_1Layout, 0, BlockQ8_1>;
+using Q5_1I16 = Fifths16<Q5_1Layout, 0, BlockQ8_1>;
+
 struct Q8_0I16 : Q8_0Layout {
+  using XB = BlockQ8_0;
+  static constexpr bool kHasMins = false;
   static_assert(kQ8_0PackedBias == 0x80, "vpdpbusd reads the packed quants as q + 128");
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, __m512i (&q)[8]) {
-    for (int c = 0; c < 8; ++c) q[c] = _mm512_loadu_si512(blk + 32 + 64 * c);
+    for (int c = 0; c < 8; ++c) q[c] = _mm512_loadu_si512(blk + kQuants + 64 * c);
   }
 };
 
@@ -92,7 +110,7 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
   for (int g = 0; g < G; ++g)
     for (int j = 0; j < T; ++j) acc[g][j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m512 dw[G];
+    __m512 dw[G], mw[G];
     __m512i q[G][8];
     for (int g = 0; g < G; ++g) {
       const uint8_t* blk = gp + g * group_bytes + static_cast<size_t>(b) * F::kBlock;
@@ -103,12 +121,13 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
         for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
       }
       dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+      if constexpr (F::kHasMins) mw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + F::kMinsAt)));
       F::quants(blk, q[g]);
     }
     for (int j = 0; j < T; ++j) {
-      const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
+      const auto* xb = reinterpret_cast<const typename F::XB*>(xr[j]) + b;
       const __m512 dx = _mm512_set1_ps(half(xb->d));
-      const __m512i init = _mm512_set1_epi32(i16_start<F>(xr[j], nb, b));
+      const __m512i init = _mm512_set1_epi32(i16_start<F, typename F::XB>(xr[j], nb, b));
       for (int g = 0; g < G; ++g) {
         // Independent partial sums: vpdpbusd has a latency of several
         // cycles, and with few tokens nothing else would fill it.
@@ -120,6 +139,8 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
           s[c % kParts] = _mm512_dpbusd_epi32(s[c % kParts], q[g][c], bcast4(xb->qs + F::act_offset(c)));
         for (int p = 1; p < kParts; ++p) s[0] = _mm512_add_epi32(s[0], s[p]);
         acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), _mm512_mul_ps(dw[g], dx), acc[g][j]);
+        // Q4_1 and Q5_1: + m x s, ggml's term for the minimum.
+        if constexpr (F::kHasMins) acc[g][j] = _mm512_fmadd_ps(mw[g], _mm512_set1_ps(half(xb->s)), acc[g][j]);
       }
     }
   }
@@ -142,6 +163,8 @@ void register_interleaved_avx512(Backend& be) {
   be.gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_i16<Q4_0I16>;
   be.gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_i16<Q8_0I16>;
   be.gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_i16<Q5_0I16>;
+  be.gemm_i16[static_cast<int>(DType::Q4_1)] = gemm_i16<Q4_1I16>;
+  be.gemm_i16[static_cast<int>(DType::Q5_1)] = gemm_i16<Q5_1I16>;
   register_interleaved_kquants_avx512(be);
 }
 

@@ -70,8 +70,8 @@ struct Q5_0Layout {
   static constexpr int32_t kOffset = 16;
   static constexpr int act_offset(int c) { return Q4_0Layout::act_offset(c); }
 };
-// Q4_1 and Q5_1 (NEON only): the scales d[16], the minimums m[16], then
-// Q4_0's chunks (and Q5_1 Q5_0's fifth bits).
+// Q4_1 and Q5_1: the scales d[16], the minimums m[16], then Q4_0's chunks
+// (and Q5_1 Q5_0's fifth bits). Activations are Q8_1 rows.
 struct Q4_1Layout {
   static constexpr size_t kBlock = 16 * sizeof(BlockQ4_1);
   static constexpr size_t kMinsAt = 32, kQuants = 64;
@@ -82,6 +82,7 @@ struct Q5_1Layout {
 };
 struct Q8_0Layout {
   static constexpr size_t kBlock = 16 * sizeof(BlockQ8_0);
+  static constexpr size_t kQuants = 32;
   static constexpr int32_t kOffset = kQ8_0PackedBias;  // x86 128, ARM 0
   static constexpr int act_offset(int c) { return 4 * c; }
 };

@@ -11,18 +11,19 @@
 //
 //   AVX2: vpmaddubsw (u8 x s8 -> pairs summed in 16 bits), and the 16-bit
 //     vectors added while they cannot overflow (a pair is at most 2 x 127 x
-//     the largest quant): eight for Q4_0 and Q4_K (quants < 16: 8 x 3810),
-//     four for Q5_K (< 32), two for Q6_K (< 64), then one vpmaddwd with ones
-//     widens them. Q8_0 takes its sign off the quants first (Q8_0Y).
+//     the largest quant): eight for Q4_0, Q4_1 and Q4_K (quants < 16: 8 x
+//     3810), four for Q5_0, Q5_1 and Q5_K (< 32), two for Q6_K (< 64), then
+//     one vpmaddwd with ones widens them. Q8_0 takes its sign off the quants first (Q8_0Y).
 //   AVX-VNNI: one vpdpbusd per vector sums the four products into the int32
 //     lane; two chains of partial sums hide its latency.
 //
 // The integer sum starts from -offset x the block's activation sum (the
-// row's trailer; Q4_0, Q5_0 and Q8_0 with VNNI) or from -32 x the sub-block's activation sum (Q6_K), which
-// removes the format's offset exactly; then one conversion and one
-// multiply-add apply the scales (the K formats fold the token's d into the
-// sub-block scale, and take their minimums off with the activation's
-// sub-block sums).
+// row's trailer; Q4_0, Q5_0 and Q8_0 with VNNI) or from -32 x the
+// sub-block's activation sum (Q6_K), which removes the format's offset
+// exactly; then one conversion and one multiply-add apply the scales (the K
+// formats fold the token's d into the sub-block scale, and take their
+// minimums off with the activation's sub-block sums; Q4_1 and Q5_1, read
+// without an offset, add m x the Q8_1 block's s).
 //
 // The loop nest around the tiles is interleaved_driver.h's. Internal linkage,
 // as that header: only for files compiled with the AVX2 flags.
@@ -31,6 +32,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
@@ -76,32 +78,47 @@ inline __attribute__((always_inline)) __m256i dot_lanes(__m256i init, const __m2
 #endif
 }
 
-// ---- Q4_0, Q5_0 and Q8_0: blocks of 32, one f16 scale per row and block ---
+// ---- Q4_0, Q5_0, Q4_1, Q5_1 and Q8_0: blocks of 32, one f16 scale (and
+// minimum) per row and block ---------------------------------------------------
 
-// Rows 8h..8h+7 of one packed block: q[0..3] are elements 4c..4c+3 (low
-// nibbles of chunk c), q[4..7] elements 16+4c.. (high).
-struct Q4_0Y : Q4_0Layout {
+// The nibble formats, rows 8h..8h+7 of one packed block: q[0..3] are
+// elements 4c..4c+3 (low nibbles of chunk c, at L::kQuants + 64c), q[4..7]
+// elements 16+4c.. (high), read as unsigned q; the sum starts from -kOff x
+// the activations' sum. X: the activation block (Q4_1 and Q5_1 meet Q8_1
+// rows, whose s = d x the block's sum carries the minimum's term).
+template <class L, int32_t kOff, class X = BlockQ8_0>
+struct NibblesY : L {
+  using XB = X;
+  static constexpr int32_t kOffset = kOff;
+  static constexpr bool kHasMins = std::is_same_v<X, BlockQ8_1>;
   static constexpr bool kSignFix = false;
-  static constexpr int kWiden = 8;
-  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
+  static constexpr int kWiden = 8;  // pair sums up to 2 x 15 x 127: eight fit 16 bits
+  static constexpr int act_offset(int c) { return Q4_0Layout::act_offset(c); }
+  static inline __attribute__((always_inline)) void nibbles(const uint8_t* blk, int h, __m256i (&q)[8]) {
     const __m256i m = _mm256_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * c + 32 * h));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + L::kQuants + 64 * c + 32 * h));
       q[c] = _mm256_and_si256(v, m);
       q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
     }
   }
+  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
+    nibbles(blk, h, q);
+  }
 };
 
-// Q5_0: as Q4_0's, with 16 added where the fifth bit is set (its inverted
-// bit clear, moved to bit 4 of each byte by a 16-bit shift that keeps every
-// bit in its byte). Pair sums up to 2 x 31 x 127 = 7874: four fit 16 bits.
-struct Q5_0Y : Q5_0Layout {
-  static constexpr bool kSignFix = false;
+// Q5_0 and Q5_1: the nibbles with 16 added where the fifth bit is set (its
+// inverted bit clear, moved to bit 4 of each byte by a 16-bit shift that
+// keeps every bit in its byte). Pair sums up to 2 x 31 x 127 = 7874: four
+// fit 16 bits.
+template <class L, int32_t kOff, class X = BlockQ8_0>
+struct FifthsY : NibblesY<L, kOff, X> {
   static constexpr int kWiden = 4;
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
-    const __m256i m = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(0x10);
-    const __m256i inv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kHigh + 32 * h));
+    const __m256i b16 = _mm256_set1_epi8(0x10);
+    const __m256i inv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + L::kHigh + 32 * h));
+    __m256i n[8];
+    NibblesY<L, kOff, X>::nibbles(blk, h, n);
     q[0] = _mm256_andnot_si256(_mm256_slli_epi16(inv, 4), b16);
     q[1] = _mm256_andnot_si256(_mm256_slli_epi16(inv, 3), b16);
     q[2] = _mm256_andnot_si256(_mm256_slli_epi16(inv, 2), b16);
@@ -110,13 +127,14 @@ struct Q5_0Y : Q5_0Layout {
     q[5] = _mm256_andnot_si256(_mm256_srli_epi16(inv, 1), b16);
     q[6] = _mm256_andnot_si256(_mm256_srli_epi16(inv, 2), b16);
     q[7] = _mm256_andnot_si256(_mm256_srli_epi16(inv, 3), b16);
-    for (int c = 0; c < 4; ++c) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQuants + 64 * c + 32 * h));
-      q[c] = _mm256_or_si256(q[c], _mm256_and_si256(v, m));
-      q[c + 4] = _mm256_or_si256(q[c + 4], _mm256_and_si256(_mm256_srli_epi16(v, 4), m));
-    }
+    for (int c = 0; c < 8; ++c) q[c] = _mm256_or_si256(q[c], n[c]);
   }
 };
+
+using Q4_0Y = NibblesY<Q4_0Layout, 8>;
+using Q5_0Y = FifthsY<Q5_0Layout, 16>;
+using Q4_1Y = NibblesY<Q4_1Layout, 0, BlockQ8_1>;
+using Q5_1Y = FifthsY<Q5_1Layout, 0, BlockQ8_1>;
 
 // Q8_0 as packed on x86 (q + 128): q[c] is elements 4c..4c+3. With VNNI,
 // vpdpbusd takes them as they are. Without it, q + 128 (up to 255) times 127
@@ -127,6 +145,8 @@ struct Q5_0Y : Q5_0Layout {
 // and tokens inside (two live quant registers instead of eight).
 struct Q8_0Y : Q8_0Layout {
   static_assert(kQ8_0PackedBias == 0x80, "the packed quants are q + 128");
+  using XB = BlockQ8_0;
+  static constexpr bool kHasMins = false;
 #if defined(__AVXVNNI__)
   static constexpr bool kSignFix = false;
 #else
@@ -134,7 +154,7 @@ struct Q8_0Y : Q8_0Layout {
 #endif
   static constexpr int kWiden = 1;
   static inline __attribute__((always_inline)) __m256i vec(const uint8_t* blk, int h, int c) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * c + 32 * h));
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQuants + 64 * c + 32 * h));
   }
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
     for (int c = 0; c < 8; ++c) q[c] = vec(blk, h, c);
@@ -179,11 +199,17 @@ struct Legacy {
       }
       __m256i q[8];
       F::quants(blk, h, q);
+      __m256 mw;
+      if constexpr (F::kHasMins)
+        mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + F::kMinsAt + 16 * h)));
       for (int j = 0; j < TS; ++j) {
-        const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
-        const __m256i s32 = dot_lanes<8, F::kWiden>(_mm256_set1_epi32(i16_start<F>(xr[j], nb, b)), q, xb->qs,
-                                                    [](int c) { return F::act_offset(c); });
+        const auto* xb = reinterpret_cast<const typename F::XB*>(xr[j]) + b;
+        const __m256i s32 =
+            dot_lanes<8, F::kWiden>(_mm256_set1_epi32(i16_start<F, typename F::XB>(xr[j], nb, b)), q, xb->qs,
+                                    [](int c) { return F::act_offset(c); });
         acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))), acc[j]);
+        // Q4_1 and Q5_1: + m x s, ggml's term for the minimum.
+        if constexpr (F::kHasMins) acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(_cvtsh_ss(xb->s)), acc[j]);
       }
     }
   }
@@ -357,6 +383,8 @@ inline void register_ymm_common(GemmFn (&gemm_i16)[kNumDTypeSlots]) {
   gemm_i16[static_cast<int>(DType::Q4_0)] = gemm_ymm<Legacy<Q4_0Y>>;
   gemm_i16[static_cast<int>(DType::Q8_0)] = gemm_ymm<Legacy<Q8_0Y>>;
   gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_ymm<Legacy<Q5_0Y>>;
+  gemm_i16[static_cast<int>(DType::Q4_1)] = gemm_ymm<Legacy<Q4_1Y>>;
+  gemm_i16[static_cast<int>(DType::Q5_1)] = gemm_ymm<Legacy<Q5_1Y>>;
   gemm_i16[static_cast<int>(DType::Q4_K)] = gemm_ymm<KQuant<Q45KY<false>>>;
   gemm_i16[static_cast<int>(DType::Q5_K)] = gemm_ymm<KQuant<Q45KY<true>>>;
   gemm_i16[static_cast<int>(DType::Q6_K)] = gemm_ymm<KQuant<Q6KY>>;

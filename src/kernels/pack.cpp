@@ -20,10 +20,10 @@
 //                  element 16 + 4c + j, inverted (set where the value is
 //                  the nibble minus 16), so that NEON turns one test per bit
 //                  straight into the value's top four bits
-//   Q4_1 (320 bytes = 16 x 20; NEON only):
+//   Q4_1 (320 bytes = 16 x 20):
 //     d[16], m[16] the 16 rows' f16 scales and minimums
 //     qs[4][64]    as Q4_0's
-//   Q5_1 (384 bytes = 16 x 24; NEON only):
+//   Q5_1 (384 bytes = 16 x 24):
 //     d[16], m[16], qs[4][64] as Q4_1's
 //     qh[4][16]    as Q5_0's
 //
@@ -42,6 +42,7 @@
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
 #include "kernels/fp16.h"
+#include "kernels/interleaved_driver.h"
 
 namespace edgelm::kernels {
 
@@ -54,16 +55,17 @@ void register_interleaved_kquants_scalar(Backend& be);
 
 namespace {
 
-// Bytes of one block of a 16-row group; where the nibbles (kQs) and the
-// fifth bits (kHigh) start in it.
+// Bytes of one block of a 16-row group; where the quants (qs), the fifth
+// bits (high) and the minimums (mins) start in it: the layouts the kernels
+// read (interleaved_driver.h).
 struct Packed32 {
-  size_t bytes, qs, high;
+  size_t bytes, qs, high, mins;
 };
-constexpr Packed32 kQ4_0P{16 * sizeof(BlockQ4_0), 32, 0};
-constexpr Packed32 kQ5_0P{16 * sizeof(BlockQ5_0), 32, 32 + 4 * 64};
-constexpr Packed32 kQ8_0P{16 * sizeof(BlockQ8_0), 32, 0};
-constexpr Packed32 kQ4_1P{16 * sizeof(BlockQ4_1), 64, 0};
-constexpr Packed32 kQ5_1P{16 * sizeof(BlockQ5_1), 64, 64 + 4 * 64};
+constexpr Packed32 kQ4_0P{Q4_0Layout::kBlock, Q4_0Layout::kQuants, 0, 0};
+constexpr Packed32 kQ5_0P{Q5_0Layout::kBlock, Q5_0Layout::kQuants, Q5_0Layout::kHigh, 0};
+constexpr Packed32 kQ8_0P{Q8_0Layout::kBlock, Q8_0Layout::kQuants, 0, 0};
+constexpr Packed32 kQ4_1P{Q4_1Layout::kBlock, Q4_1Layout::kQuants, 0, Q4_1Layout::kMinsAt};
+constexpr Packed32 kQ5_1P{Q5_1Layout::kBlock, Q5_1Layout::kQuants, Q5_1Layout::kHigh, Q5_1Layout::kMinsAt};
 
 // Row r's scale and nibble bytes of one block.
 void put_nibbles(uint8_t* out, const Packed32& p, int r, const uint16_t& d, const uint8_t* qs) {
@@ -111,13 +113,13 @@ void pack_32(DType type, const void* src, void* dst, int64_t nb, int64_t g) {
     case DType::Q4_1:
       pack_group<BlockQ4_1>(kQ4_1P, src, dst, nb, g, [](uint8_t* out, int r, const BlockQ4_1& blk) {
         put_nibbles(out, kQ4_1P, r, blk.d, blk.qs);
-        std::memcpy(out + 32 + 2 * r, &blk.m, 2);
+        std::memcpy(out + kQ4_1P.mins + 2 * r, &blk.m, 2);
       });
       break;
     case DType::Q5_1:
       pack_group<BlockQ5_1>(kQ5_1P, src, dst, nb, g, [](uint8_t* out, int r, const BlockQ5_1& blk) {
         put_nibbles(out, kQ5_1P, r, blk.d, blk.qs);
-        std::memcpy(out + 32 + 2 * r, &blk.m, 2);
+        std::memcpy(out + kQ5_1P.mins + 2 * r, &blk.m, 2);
         put_fifth_bits(out, kQ5_1P, r, blk.qh);
       });
       break;
@@ -126,7 +128,7 @@ void pack_32(DType type, const void* src, void* dst, int64_t nb, int64_t g) {
         std::memcpy(out + 2 * r, &blk.d, 2);
         for (int c = 0; c < 8; ++c)
           for (int j = 0; j < 4; ++j)
-            out[32 + 64 * c + 4 * r + j] =
+            out[kQ8_0P.qs + 64 * c + 4 * r + j] =
                 static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[4 * c + j]) ^ kQ8_0PackedBias);
       });
       break;
@@ -147,7 +149,7 @@ int fifth_bit(const uint8_t* blk, const Packed32& p, int r, int e) {
 
 // Each format's packed reading: q(blk, r, e) is row r's value e without the
 // scale (Q4_0 q - 8, Q5_0 q - 16, Q4_1/Q5_1 q, Q8_0 q); kMins: x = d q + m,
-// with m at 32 + 2r; XB the activation block.
+// with m at kP.mins + 2r; XB the activation block.
 struct Q4_0R {
   using XB = BlockQ8_0;
   static constexpr Packed32 kP = kQ4_0P;
@@ -165,7 +167,7 @@ struct Q8_0R {
   static constexpr Packed32 kP = kQ8_0P;
   static constexpr bool kMins = false;
   static int q(const uint8_t* blk, int r, int e) {
-    return static_cast<int8_t>(blk[32 + 64 * (e / 4) + 4 * r + e % 4] ^ kQ8_0PackedBias);
+    return static_cast<int8_t>(blk[kP.qs + 64 * (e / 4) + 4 * r + e % 4] ^ kQ8_0PackedBias);
   }
 };
 struct Q4_1R {
@@ -204,7 +206,7 @@ void gemm_i16_scalar(const GemmArgs& a, int64_t r0, int64_t r1) {
           int isum = 0;
           for (int e = 0; e < 32; ++e) isum += R::q(blk, r, e) * x[b].qs[e];
           sum += static_cast<float>(isum) * (half_at(blk + 2 * r) * fp::half_to_float(x[b].d));
-          if constexpr (R::kMins) sum += half_at(blk + 32 + 2 * r) * fp::half_to_float(x[b].s);
+          if constexpr (R::kMins) sum += half_at(blk + R::kP.mins + 2 * r) * fp::half_to_float(x[b].s);
         }
         a.y[t * a.ldy + g * 16 + r] = sum;
       }
@@ -220,7 +222,7 @@ void dequantize_row_32(const void* packed, int64_t cols, int64_t r, float* dst) 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = gp + static_cast<size_t>(b) * R::kP.bytes;
     const float d = half_at(blk + 2 * row);
-    const float m = R::kMins ? half_at(blk + 32 + 2 * row) : 0.0f;
+    const float m = R::kMins ? half_at(blk + R::kP.mins + 2 * row) : 0.0f;
     for (int e = 0; e < 32; ++e) {
       const float v = d * static_cast<float>(R::q(blk, row, e));
       dst[b * 32 + e] = R::kMins ? v + m : v;

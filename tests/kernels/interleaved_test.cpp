@@ -214,9 +214,8 @@ TEST(Interleaved, PreferredOnlyWhereASimdKernelExists) {
     }
     EXPECT_EQ(preferred_layout(isa, DType::Q5_0, 896, 896), x86 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
         << isa_name(isa);
-    // Q4_1 and Q5_1 have interleaved kernels on NEON only; x86 reads rows.
     for (DType t : {DType::Q4_1, DType::Q5_1})
-      EXPECT_EQ(preferred_layout(isa, t, 896, 896), isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
+      EXPECT_EQ(preferred_layout(isa, t, 896, 896), x86 || isa == Isa::Neon ? Layout::Interleave16 : Layout::Rows)
           << dtype_name(t) << " " << isa_name(isa);
     EXPECT_EQ(preferred_layout(isa, DType::Q4_0, 1530, 1536), Layout::Rows);  // rows not a multiple of 16
     EXPECT_EQ(preferred_layout(isa, DType::Q3_K, 1536, 1536), Layout::Rows);  // no interleaved kernel
