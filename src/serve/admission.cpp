@@ -383,6 +383,31 @@ Decision Admission::peek() {
   return decide_locked(Ask{}, nullptr);
 }
 
+Decision Admission::refuse_at_once(int cls) {
+  Decision d = [&] {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (draining_.load()) return refuse(Reason::Draining);
+    if (pressure_.load()) return refuse(Reason::MemoryPressure);
+    // As admit_waiting decides at arrival: without a waiter of its class or
+    // a more urgent one ahead, by decide_locked, whose checks before the
+    // slot's choice need no prompt (the rate floor, then a free slot).
+    Ask ask;
+    ask.cls = cls;
+    const bool behind =
+        std::any_of(waiters_.begin(), waiters_.end(), [&](const Waiter* x) { return x->ask.cls <= cls; });
+    if (!behind) {
+      const Decision first = decide_locked(ask, nullptr);
+      if (first.ok() || first.reason != Reason::Slots) return first;
+    }
+    // No slot: refused at once unless it could preempt, wait in time for
+    // its promise (an urgent class) or queue.
+    if (o_.preempt || cls < o_.default_class || static_cast<int>(waiters_.size()) < o_.queue) return Decision{};
+    return refuse(Reason::Slots);
+  }();
+  if (!d.ok()) refused_[static_cast<size_t>(cls)].fetch_add(1);
+  return d;
+}
+
 int Admission::slot_class(int slot) const {
   std::lock_guard<std::mutex> lk(mu_);
   return engine_.state(slot) == Engine::SlotState::Free ? -1 : slot_class_[static_cast<size_t>(slot)];

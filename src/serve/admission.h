@@ -240,6 +240,13 @@ class Admission {
   void release(SlotRef ref);
   // Would a request be admitted now? Reserves nothing (for /ready).
   Decision peek();
+  // What admit() would refuse for a request of class `cls` whatever its
+  // prompt, decided before the request is parsed: draining, memory
+  // pressure, or every slot taken with no way to wait for one (the queue
+  // full, no preemption, a class that does not wait for its first-token
+  // promise), by the checks and in the order admit() makes them. Counts the
+  // refusal as admit() does. ok() when the prompt is needed to decide.
+  Decision refuse_at_once(int cls);
   // The class of the request holding `slot` (-1 when free).
   int slot_class(int slot) const;
   // Admitted and refused requests of each class.

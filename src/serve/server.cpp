@@ -185,11 +185,13 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
                    "or LimitNICE): urgent requests are served at --http-nice");
     });
   }
-  // Refuse at once what no work could admit, before parsing anything.
-  if (adm.draining() || adm.memory_pressure()) {
-    const Decision d = adm.peek();
-    if (!d.ok()) return refuse(res, d, t0, id, class_name(cls));
-  }
+  // Refuse at once what no prompt could make admissible (draining, memory
+  // pressure, every slot taken and no wait possible), before parsing
+  // anything: under overload most requests end here, and a refusal that
+  // skips the parse, the template and the tokenizer is done within the
+  // worker's first short time slice (at --http-nice, every slice after it
+  // waits behind the engine's busy cores).
+  if (const Decision d = adm.refuse_at_once(cls); !d.ok()) return refuse(res, d, t0, id, class_name(cls));
 
   // Parse, render, tokenize and truncate before a slot is taken: the gate
   // decides on the prompt's real length, and a slow render holds no slot.

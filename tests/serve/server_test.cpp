@@ -160,6 +160,43 @@ TEST(Serve, AFreedSlotIsTakenByTheNextRequest) {
   EXPECT_EQ(r2->status, 200);
 }
 
+// Every slot taken and no queue: a request is refused before its body is
+// parsed (even a malformed one gets the 429, and is counted as refused);
+// with room in the queue it is parsed first, since it could wait.
+TEST(Serve, AFullServerRefusesBeforeParsing) {
+  for (int queue : {0, 1}) {
+    LiveServer::Options o;
+    o.slots = 1;
+    o.step_ms = 10;
+    o.server.admission.queue = queue;
+    LiveServer s(o);
+    auto first = std::async(std::launch::async, [&] {
+      return s.client().Post("/v1/chat/completions", chat_body("one", 40, false), "application/json");
+    });
+    ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
+    const int cls = s.server->admission().options().default_class;
+    const uint64_t refused = s.server->admission().refused(cls);
+    auto c = s.client();
+    for (const std::string& body : {std::string("{"), chat_body("x", 1000000000, false)}) {
+      auto r = c.Post("/v1/chat/completions", body, "application/json");
+      ASSERT_TRUE(r);
+      if (queue == 0) {
+        EXPECT_EQ(r->status, 429) << body << " -> " << r->body;
+        EXPECT_EQ(parse(r->body)["error"]["code"], "slots");
+        EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+      } else {
+        EXPECT_EQ(r->status, 400) << body << " -> " << r->body;
+      }
+    }
+    EXPECT_EQ(s.server->admission().refused(cls) - refused, queue == 0 ? 2u : 0u) << "queue " << queue;
+    EXPECT_EQ(first.get()->status, 200);
+    // The slot free again: the malformed body is parsed, and gets its 400.
+    auto r = c.Post("/v1/chat/completions", "{", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+  }
+}
+
 TEST(Serve, BoundedQueueWaitsThenTimesOut) {
   LiveServer::Options o;
   o.slots = 1;
