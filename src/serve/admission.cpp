@@ -383,6 +383,10 @@ Decision Admission::peek() {
   return decide_locked(Ask{}, nullptr);
 }
 
+bool Admission::waiter_ahead_locked(int cls) const {
+  return std::any_of(waiters_.begin(), waiters_.end(), [&](const Waiter* x) { return x->ask.cls <= cls; });
+}
+
 Decision Admission::refuse_at_once(int cls) {
   Decision d = [&] {
     std::lock_guard<std::mutex> lk(mu_);
@@ -393,9 +397,7 @@ Decision Admission::refuse_at_once(int cls) {
     // slot's choice need no prompt (the rate floor, then a free slot).
     Ask ask;
     ask.cls = cls;
-    const bool behind =
-        std::any_of(waiters_.begin(), waiters_.end(), [&](const Waiter* x) { return x->ask.cls <= cls; });
-    if (!behind) {
+    if (!waiter_ahead_locked(cls)) {
       const Decision first = decide_locked(ask, nullptr);
       if (first.ok() || first.reason != Reason::Slots) return first;
     }
@@ -523,10 +525,7 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
   uint64_t seen = 0;  // lending_ends_ as of the last hand-off this waiter ran (or its arrival)
   {
     std::lock_guard<std::mutex> lk(mu_);
-    // Nobody overtakes a waiter of its class or a more urgent one: a
-    // newcomer decides at once only when no such request is waiting.
-    const bool behind = std::any_of(waiters_.begin(), waiters_.end(), [&](const Waiter* x) { return x->ask.cls <= ask.cls; });
-    if (!behind) {
+    if (!waiter_ahead_locked(ask.cls)) {
       Decision d = decide_locked(ask, &out);
       if (d.ok() || d.reason != Reason::Slots) return d;
     }

@@ -287,6 +287,9 @@ class Admission {
     int copied = 0;
   };
   Choice choose_slot_locked(const Ask& ask);
+  // Is a request of class `cls` or a more urgent one waiting? Nobody
+  // overtakes such a waiter: a newcomer decides at once only without one.
+  bool waiter_ahead_locked(int cls) const;
   // Hands free slots to waiters, oldest first, while the gate admits them.
   void hand_off_locked();
   // The engine's call when a slot stops lending its rows: the first waiter
