@@ -121,7 +121,8 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
         for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
       }
       dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-      if constexpr (F::kHasMins) mw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + F::kMinsAt)));
+      if constexpr (F::kHasMins)
+        mw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + F::kMinsAt)));
       F::quants(blk, q[g]);
     }
     for (int j = 0; j < T; ++j) {

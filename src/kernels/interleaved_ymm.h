@@ -13,7 +13,8 @@
 //     vectors added while they cannot overflow (a pair is at most 2 x 127 x
 //     the largest quant): eight for Q4_0, Q4_1 and Q4_K (quants < 16: 8 x
 //     3810), four for Q5_0, Q5_1 and Q5_K (< 32), two for Q6_K (< 64), then
-//     one vpmaddwd with ones widens them. Q8_0 takes its sign off the quants first (Q8_0Y).
+//     one vpmaddwd with ones widens them. Q8_0 takes its sign off the quants
+//     first (Q8_0Y).
 //   AVX-VNNI: one vpdpbusd per vector sums the four products into the int32
 //     lane; two chains of partial sums hide its latency.
 //
