@@ -143,9 +143,12 @@ TEST(Classes, PreemptionEndsTheYoungestLessUrgentStream) {
   LiveServer::Options o = two_classes(1, 0);
   o.server.admission.preempt = true;
   LiveServer s(o);
+  const uint64_t before = s.engine->stats().generated_tokens;
   auto chat = std::async(std::launch::async, [&] { return post(s, chat_body("long", 200, false)); });
-  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 1; }, 5));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The chat stream has produced a token before the sensor arrives (a
+  // fixed sleep is not enough under a sanitizer, where the prefill alone
+  // takes longer).
+  ASSERT_TRUE(wait_until([&] { return s.engine->stats().generated_tokens > before; }, 10));
   auto r = post(s, chat_body("alarm", 4, false), "sensor");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
