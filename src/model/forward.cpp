@@ -74,14 +74,22 @@ void Forward::each_row(int n, int64_t row_elems, FunctionRef<void(int row)> fn) 
   });
 }
 
-void Forward::matmul(const TensorView& w, const float* in, int T, float* out, bool same_input) {
-  const DType at = kernels::act_type(w.type);
+void Forward::matmuls(std::span<const Product> products, const float* in, int T) {
+  constexpr size_t kMaxRun = 4;  // products in one region (3 are used: Q, K, V)
   void* act = scratch_ + layout_.act;
   const size_t act_row = layout_.act_row;
-  if (!same_input || act_src_ != in || act_type_ != at || act_T_ != T) {
-    const int64_t n = w.cols;
+  // Runs of products whose weights take the same activation format (a
+  // Q4_K_M file mixes Q4_K and Q6_K, which both take Q8_K rows; a format
+  // change quantizes the input again into the same buffer).
+  for (size_t i = 0; i < products.size();) {
+    const TensorView& w0 = *products[i].w;
+    const DType at = kernels::act_type(w0.type);
+    size_t j = i + 1;
+    while (j < products.size() && j < i + kMaxRun && kernels::act_type(products[j].w->type) == at && products[j].w->cols == w0.cols) ++j;
+
+    const int64_t n = w0.cols;
     auto one = [&](int t, int) {
-      kernels::quantize_activation(isa_, w.type, in + static_cast<size_t>(t) * n,
+      kernels::quantize_activation(isa_, w0.type, in + static_cast<size_t>(t) * n,
                                    static_cast<uint8_t*>(act) + static_cast<size_t>(t) * act_row, n);
     };
     if (T * n < kMinParallelWork) {
@@ -89,28 +97,43 @@ void Forward::matmul(const TensorView& w, const float* in, int T, float* out, bo
     } else {
       pool_.run(T, one);
     }
-    act_src_ = in;
-    act_type_ = at;
-    act_T_ = T;
+
+    // Each product's rows in chunks of whole 16-row groups; the chunks of
+    // the run are handed out in order, the large matrix's first.
+    kernels::GemmArgs args[kMaxRun];
+    int64_t per[kMaxRun];
+    int first_chunk[kMaxRun + 1];
+    const size_t end = j;
+    first_chunk[0] = 0;
+    for (size_t k = i; k < end; ++k) {
+      const TensorView& w = *products[k].w;
+      kernels::GemmArgs& a = args[k - i];
+      a.wtype = w.type;
+      a.w = w.data;
+      a.w_stride = w.row_bytes;
+      a.n = w.cols;
+      a.x = act;
+      a.x_stride = act_row;
+      a.n_tok = T;
+      a.y = products[k].out;
+      a.ldy = w.rows;
+      a.layout = w.layout;
+      const int chunks = row_chunks(w.rows, static_cast<int64_t>(w.bytes()) * T, pool_.size());
+      per[k - i] = ((w.rows + chunks - 1) / chunks + 15) / 16 * 16;
+      first_chunk[k - i + 1] = first_chunk[k - i] + chunks;
+    }
+    const int n_run = static_cast<int>(end - i);
+    pool_.run(first_chunk[n_run], [&](int ch, int) {
+      int m = 0;
+      while (ch >= first_chunk[m + 1]) ++m;
+      const kernels::GemmArgs& a = args[m];
+      const int64_t rows = a.ldy;
+      const int64_t r0 = (ch - first_chunk[m]) * per[m];
+      const int64_t r1 = std::min<int64_t>(rows, r0 + per[m]);
+      if (r0 < r1) kernels::gemm(isa_, a, r0, r1);
+    });
+    i = end;
   }
-  kernels::GemmArgs a;
-  a.wtype = w.type;
-  a.w = w.data;
-  a.w_stride = w.row_bytes;
-  a.n = w.cols;
-  a.x = act;
-  a.x_stride = act_row;
-  a.n_tok = T;
-  a.y = out;
-  a.ldy = w.rows;
-  a.layout = w.layout;
-  const int chunks = row_chunks(w.rows, static_cast<int64_t>(w.bytes()) * T, pool_.size());
-  const int64_t per = ((w.rows + chunks - 1) / chunks + 15) / 16 * 16;
-  pool_.run(chunks, [&](int ch, int) {
-    const int64_t r0 = ch * per;
-    const int64_t r1 = std::min<int64_t>(w.rows, r0 + per);
-    if (r0 < r1) kernels::gemm(isa_, a, r0, r1);
-  });
 }
 
 void Forward::rope(float* x, int T, int n_heads, std::span<const BatchToken>) {
@@ -288,9 +311,10 @@ Result<const float*> Forward::step(std::span<const BatchToken> batch) {
                           c_.rms_eps);
       });
     }
-    matmul(L.wq, xb, T, q);
-    matmul(L.wk, xb, T, k, true);
-    matmul(L.wv, xb, T, v, true);
+    {
+      const Product qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
+      matmuls(qkv, xb, T);
+    }
     if (c_.qkv_bias) {
       for (int t = 0; t < T; ++t) {
         for (int i = 0; i < qd; ++i) q[static_cast<size_t>(t) * qd + i] += L.bq.f32()[i];
@@ -332,8 +356,10 @@ Result<const float*> Forward::step(std::span<const BatchToken> batch) {
     };
     matmul(L.wo, att, T, xb);
     add_norm(&L.ffn_norm);
-    matmul(L.w_gate, xb, T, gate);
-    matmul(L.w_up, xb, T, up, true);
+    {
+      const Product gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
+      matmuls(gate_up, xb, T);
+    }
     const int nff = c_.n_ff;
     each_row(T, nff, [&](int t) {  // SiLU(gate) * up
       const size_t o = static_cast<size_t>(t) * nff;

@@ -59,11 +59,21 @@ class Forward {
   T* buf(size_t offset) const {
     return reinterpret_cast<T*>(scratch_ + offset);
   }
-  // out[t * w.rows + r] = W row r . in row t, for t < T; `in` has w.cols
-  // floats per row. same_input: `in` is unchanged since the previous call, so
-  // its quantized activations are reused when the format matches (Q, K, V
-  // share one conversion, as do gate and up).
-  void matmul(const TensorView& w, const float* in, int T, float* out, bool same_input = false);
+  // One matrix product of a group: out[t * w->rows + r] = W row r . in row t.
+  struct Product {
+    const TensorView* w;
+    float* out;
+  };
+  // The products of one input (`in`: T rows of the weights' w->cols floats),
+  // e.g. Q, K and V, or gate and up: the input is quantized once per
+  // activation format, and the products whose formats share it run as one
+  // parallel region, so the small ones (K and V) add no region of their own
+  // with its start-up and its uneven end.
+  void matmuls(std::span<const Product> products, const float* in, int T);
+  void matmul(const TensorView& w, const float* in, int T, float* out) {
+    const Product p{&w, out};
+    matmuls({&p, 1}, in, T);
+  }
   void attention(int layer, std::span<const BatchToken> batch);
   // One query head of one token, rounded as llama.cpp does (AttnMath::LlamaCpp).
   void attend_llamacpp(int layer, const BatchToken& bt, int kvh, const float* q, float* work, float* out) const;
@@ -84,10 +94,6 @@ class Forward {
   int max_logits_;
   float inv_freq_[512];  // per rotated pair: 1 / (base^(2i/rope_dim) * freq_factor_i)
 
-  // What the activation buffer holds now.
-  const float* act_src_ = nullptr;
-  DType act_type_ = DType::F32;
-  int act_T_ = 0;
 };
 
 }  // namespace edgelm
