@@ -1,23 +1,11 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
 namespace edgelm {
-
-namespace {
-
-// The work split of a matrix product: enough row chunks that both cores stay
-// busy and a slow chunk does not idle the other, each a whole number of
-// 16-row groups so SIMD kernels that tile rows see full tiles.
-int row_chunks(int64_t rows, int64_t work, int threads) {
-  if (threads <= 1 || work < kMinParallelWork) return 1;
-  const int64_t groups = (rows + 15) / 16;
-  return static_cast<int>(std::min<int64_t>(groups, threads * 4));
-}
-
-}  // namespace
 
 std::string_view attn_math_name(AttnMath m) {
   switch (m) {
@@ -98,13 +86,18 @@ void Forward::matmuls(std::span<const Product> products, const float* in, int T)
       pool_.run(T, one);
     }
 
-    // Each product's rows in chunks of whole 16-row groups; the chunks of
-    // the run are handed out in order, the large matrix's first.
+    // The run's rows as one sequence of 16-row groups (SIMD kernels that
+    // tile rows see whole tiles), products in order. Each thread takes the
+    // next ceil(remaining / (2 x threads)) groups until none are left
+    // (guided): large pieces first, single groups at the end, so the threads
+    // finish within a group's time of each other and the region does not
+    // end waiting for one thread's last large chunk.
     kernels::GemmArgs args[kMaxRun];
-    int64_t per[kMaxRun];
-    int first_chunk[kMaxRun + 1];
+    int64_t first_group[kMaxRun + 1];
     const size_t end = j;
-    first_chunk[0] = 0;
+    const int n_run = static_cast<int>(end - i);
+    int64_t work = 0;
+    first_group[0] = 0;
     for (size_t k = i; k < end; ++k) {
       const TensorView& w = *products[k].w;
       kernels::GemmArgs& a = args[k - i];
@@ -118,20 +111,37 @@ void Forward::matmuls(std::span<const Product> products, const float* in, int T)
       a.y = products[k].out;
       a.ldy = w.rows;
       a.layout = w.layout;
-      const int chunks = row_chunks(w.rows, static_cast<int64_t>(w.bytes()) * T, pool_.size());
-      per[k - i] = ((w.rows + chunks - 1) / chunks + 15) / 16 * 16;
-      first_chunk[k - i + 1] = first_chunk[k - i] + chunks;
+      first_group[k - i + 1] = first_group[k - i] + (w.rows + 15) / 16;
+      work += static_cast<int64_t>(w.bytes()) * T;
     }
-    const int n_run = static_cast<int>(end - i);
-    pool_.run(first_chunk[n_run], [&](int ch, int) {
-      int m = 0;
-      while (ch >= first_chunk[m + 1]) ++m;
-      const kernels::GemmArgs& a = args[m];
-      const int64_t rows = a.ldy;
-      const int64_t r0 = (ch - first_chunk[m]) * per[m];
-      const int64_t r1 = std::min<int64_t>(rows, r0 + per[m]);
-      if (r0 < r1) kernels::gemm(isa_, a, r0, r1);
-    });
+    // Groups [g0, g1) of the run, split where one product ends.
+    auto groups = [&](int64_t g0, int64_t g1) {
+      for (int m = 0; m < n_run && g0 < g1; ++m) {
+        if (g0 >= first_group[m + 1]) continue;
+        const int64_t e = std::min(g1, first_group[m + 1]);
+        const int64_t r0 = (g0 - first_group[m]) * 16;
+        const int64_t r1 = std::min<int64_t>(args[m].ldy, (e - first_group[m]) * 16);
+        if (r0 < r1) kernels::gemm(isa_, args[m], r0, r1);
+        g0 = e;
+      }
+    };
+    const int64_t total = first_group[n_run];
+    if (pool_.size() <= 1 || work < kMinParallelWork) {
+      groups(0, total);
+    } else {
+      const int64_t div = 2 * pool_.size();
+      std::atomic<int64_t> next{0};
+      pool_.run(pool_.size(), [&](int, int) {
+        for (;;) {
+          int64_t g0 = next.load(std::memory_order_relaxed), take = 0;
+          do {
+            if (g0 >= total) return;
+            take = std::max<int64_t>(1, (total - g0 + div - 1) / div);
+          } while (!next.compare_exchange_weak(g0, g0 + take, std::memory_order_relaxed));
+          groups(g0, g0 + take);
+        }
+      });
+    }
     i = end;
   }
 }
