@@ -73,7 +73,9 @@ void Forward::matmuls(std::span<const Product> products, const float* in, int T)
     const TensorView& w0 = *products[i].w;
     const DType at = kernels::act_type(w0.type);
     size_t j = i + 1;
-    while (j < products.size() && j < i + kMaxRun && kernels::act_type(products[j].w->type) == at && products[j].w->cols == w0.cols) ++j;
+    while (j < products.size() && j < i + kMaxRun && kernels::act_type(products[j].w->type) == at &&
+           products[j].w->cols == w0.cols)
+      ++j;
 
     const int64_t n = w0.cols;
     auto one = [&](int t, int) {

@@ -93,7 +93,6 @@ class Forward {
   int max_tokens_;
   int max_logits_;
   float inv_freq_[512];  // per rotated pair: 1 / (base^(2i/rope_dim) * freq_factor_i)
-
 };
 
 }  // namespace edgelm
