@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include <algorithm>
 #include <chrono>
 
 #if defined(__x86_64__)
@@ -67,6 +68,26 @@ void ThreadPool::run(int n_tasks, FunctionRef<void(int, int)> fn) {
     else std::this_thread::yield();
   }
   fn_ = nullptr;
+}
+
+void ThreadPool::run_guided(int64_t n_items, FunctionRef<void(int64_t, int64_t, int)> fn) {
+  if (n_items <= 0) return;
+  if (n_threads_ == 1) {
+    fn(0, n_items, 0);
+    return;
+  }
+  const int64_t div = 2 * static_cast<int64_t>(n_threads_);
+  std::atomic<int64_t> next{0};
+  run(n_threads_, [&](int, int thread) {
+    for (;;) {
+      int64_t begin = next.load(std::memory_order_relaxed), take = 0;
+      do {
+        if (begin >= n_items) return;
+        take = std::max<int64_t>(1, (n_items - begin + div - 1) / div);
+      } while (!next.compare_exchange_weak(begin, begin + take, std::memory_order_relaxed));
+      fn(begin, begin + take, thread);
+    }
+  });
 }
 
 void ThreadPool::worker(int index) {

@@ -30,6 +30,13 @@ class ThreadPool {
   // [0, size()). Not reentrant: one region at a time, from one thread.
   void run(int n_tasks, FunctionRef<void(int task, int thread)> fn);
 
+  // Calls fn(begin, end, thread) over [0, n_items) in contiguous pieces,
+  // guided: each thread takes the next ceil(remaining / (2 x size())) items
+  // (at least one) until none are left, so pieces shrink from large to
+  // single items and the threads finish within one item's time of each
+  // other. Every item is in exactly one piece. Not reentrant, as run().
+  void run_guided(int64_t n_items, FunctionRef<void(int64_t begin, int64_t end, int thread)> fn);
+
  private:
   void worker(int index);
   void work(int thread);

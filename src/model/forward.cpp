@@ -1,7 +1,6 @@
 #include "model/forward.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -89,18 +88,15 @@ void Forward::matmuls(std::span<const Product> products, const float* in, int T)
     }
 
     // The run's rows as one sequence of 16-row groups (SIMD kernels that
-    // tile rows see whole tiles), products in order. Each thread takes the
-    // next ceil(remaining / (2 x threads)) groups until none are left
-    // (guided): large pieces first, single groups at the end, so the threads
-    // finish within a group's time of each other and the region does not
-    // end waiting for one thread's last large chunk.
+    // tile rows see whole tiles), products in order, handed out guided
+    // (ThreadPool::run_guided): the region does not end waiting for one
+    // thread's last large chunk.
     kernels::GemmArgs args[kMaxRun];
     int64_t first_group[kMaxRun + 1];
-    const size_t end = j;
-    const int n_run = static_cast<int>(end - i);
+    const int n_run = static_cast<int>(j - i);
     int64_t work = 0;
     first_group[0] = 0;
-    for (size_t k = i; k < end; ++k) {
+    for (size_t k = i; k < j; ++k) {
       const TensorView& w = *products[k].w;
       kernels::GemmArgs& a = args[k - i];
       a.wtype = w.type;
@@ -127,24 +123,12 @@ void Forward::matmuls(std::span<const Product> products, const float* in, int T)
         g0 = e;
       }
     };
-    const int64_t total = first_group[n_run];
-    if (pool_.size() <= 1 || work < kMinParallelWork) {
-      groups(0, total);
+    if (work < kMinParallelWork) {
+      groups(0, first_group[n_run]);
     } else {
-      const int64_t div = 2 * pool_.size();
-      std::atomic<int64_t> next{0};
-      pool_.run(pool_.size(), [&](int, int) {
-        for (;;) {
-          int64_t g0 = next.load(std::memory_order_relaxed), take = 0;
-          do {
-            if (g0 >= total) return;
-            take = std::max<int64_t>(1, (total - g0 + div - 1) / div);
-          } while (!next.compare_exchange_weak(g0, g0 + take, std::memory_order_relaxed));
-          groups(g0, g0 + take);
-        }
-      });
+      pool_.run_guided(first_group[n_run], [&](int64_t g0, int64_t g1, int) { groups(g0, g1); });
     }
-    i = end;
+    i = j;
   }
 }
 
