@@ -1,6 +1,8 @@
-// A block of anonymous memory mapped once, made resident at once
-// (MAP_POPULATE touches every page, so the plan's figure is real from the
-// start rather than growing as the cache fills), optionally locked.
+// A block of anonymous memory mapped once, made resident at once (every page
+// is written before map() returns, so the plan's figure is real from the
+// start rather than growing as the cache fills), optionally locked. Regions
+// of 2 MiB or more start on a 2 MiB boundary and ask for transparent huge
+// pages (madvise), which the kernel gives where it has them.
 #pragma once
 
 #include <cstddef>
