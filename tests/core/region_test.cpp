@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"
+
 namespace edgelm {
 namespace {
 
-constexpr size_t kHuge = size_t{2} << 20;
+constexpr size_t kHuge = 2 * kMiB;
 
 // How many of the pages of [p, p + bytes) are resident (mincore).
 size_t resident_pages(const uint8_t* p, size_t bytes) {
