@@ -4,7 +4,8 @@
 //   kv/<op>/<type>: dot and axpy of a query row with 256 KV cache rows of 128,
 //                  and kv_to_f32 of those rows (F32, F16, Q8_0 cache)
 //   attn/<op>:     the attention tiles on 6 query rows (a GQA group) x 256
-//                  key rows of 128: scores, exp_sum, accumulate
+//                  key rows of 128: scores, exp_sum, accumulate, and
+//                  scores_f16, accumulate_f16 (F16 rows read in place)
 // All data stays in L1/L2: these measure the kernels' arithmetic, which is
 // what changes when their code does.
 //
@@ -103,6 +104,36 @@ void bm_attn_scores(benchmark::State& st, Isa isa) {
   }
 }
 
+// The same two with F16 rows read in place.
+std::vector<uint16_t> f16_rows(unsigned seed) {
+  const std::vector<float> f = random_floats(static_cast<size_t>(kRows * kDim), seed);
+  std::vector<uint16_t> h(f.size());
+  for (int r = 0; r < kRows; ++r) store_kv(DType::F16, f.data() + r * kDim, h.data() + r * kDim, kDim);
+  return h;
+}
+
+void bm_attn_scores_f16(benchmark::State& st, Isa isa) {
+  const std::vector<float> q = random_floats(kGroup * kDim, 7);
+  const std::vector<uint16_t> k = f16_rows(8);
+  std::vector<float> s(static_cast<size_t>(kGroup * kRows));
+  for (auto _ : st) {
+    attn_scores_f16(isa, q.data(), kGroup, k.data(), kRows, kDim, s.data(), kRows);
+    benchmark::DoNotOptimize(s.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+void bm_attn_accumulate_f16(benchmark::State& st, Isa isa) {
+  const std::vector<float> p = random_floats(kGroup * kRows, 10);
+  const std::vector<uint16_t> v = f16_rows(11);
+  std::vector<float> o(static_cast<size_t>(kGroup * kDim));
+  for (auto _ : st) {
+    attn_accumulate_f16(isa, p.data(), kRows, kGroup, v.data(), kRows, kDim, o.data());
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+}
+
 void bm_attn_exp_sum(benchmark::State& st, Isa isa) {
   // Scores below their maximum 0; each pass restores them (a copy of 6 KB,
   // small next to 1536 exps).
@@ -145,6 +176,8 @@ void register_act_attn() {
     benchmark::RegisterBenchmark(("attn/scores" + tag).c_str(), bm_attn_scores, isa);
     benchmark::RegisterBenchmark(("attn/exp_sum" + tag).c_str(), bm_attn_exp_sum, isa);
     benchmark::RegisterBenchmark(("attn/accumulate" + tag).c_str(), bm_attn_accumulate, isa);
+    benchmark::RegisterBenchmark(("attn/scores_f16" + tag).c_str(), bm_attn_scores_f16, isa);
+    benchmark::RegisterBenchmark(("attn/accumulate_f16" + tag).c_str(), bm_attn_accumulate_f16, isa);
   }
 }
 

@@ -38,15 +38,19 @@ struct Tiles {
     }
   }
 
-  template <int NR, int NK>
-  static void score_tile(const float* q, const float* k, int64_t d, float* s, int64_t lds) {
+  // A row's next 16 keys or values (masked: lanes past the row are 0).
+  static __m512 load_kv(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+  static __m512 load_kv(__mmask16 m, const uint16_t* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+
+  template <int NR, int NK, class E>
+  static void score_tile(const float* q, const E* k, int64_t d, float* s, int64_t lds) {
     __m512 acc[NR][NK];
     EDGELM_UNROLL for (int i = 0; i < NR; ++i)
       EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_setzero_ps();
     for (int64_t c = 0; c < d; c += 16) {
       const __mmask16 m = tail_mask(d - c);
       __m512 kv[NK];
-      EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = _mm512_maskz_loadu_ps(m, k + j * d + c);
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = load_kv(m, k + j * d + c);
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * d + c);
         EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
@@ -57,8 +61,8 @@ struct Tiles {
   }
 
   // NR accumulator rows, columns [c, c + 16 * NV) (masked past d) in registers.
-  template <int NR, int NV>
-  static void accumulate_cols(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
+  template <int NR, int NV, class E>
+  static void accumulate_cols(const float* p, int64_t ldp, const E* v, int nk, int64_t d,
                               float* o, int64_t c) {
     __mmask16 m[NV];
     EDGELM_UNROLL for (int u = 0; u < NV; ++u) m[u] = tail_mask(d - c - 16 * u);
@@ -67,7 +71,7 @@ struct Tiles {
       EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = _mm512_maskz_loadu_ps(m[u], o + i * d + c + 16 * u);
     for (int j = 0; j < nk; ++j) {
       __m512 vv[NV];
-      EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = _mm512_maskz_loadu_ps(m[u], v + j * d + c + 16 * u);
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = load_kv(m[u], v + j * d + c + 16 * u);
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         const __m512 w = _mm512_set1_ps(p[i * ldp + j]);
         EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = _mm512_fmadd_ps(w, vv[u], a[i][u]);
@@ -77,12 +81,106 @@ struct Tiles {
       EDGELM_UNROLL for (int u = 0; u < NV; ++u) _mm512_mask_storeu_ps(o + i * d + c + 16 * u, m[u], a[i][u]);
   }
 
-  template <int NR>
-  static void accumulate_rows(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
+  template <int NR, class E>
+  static void accumulate_rows(const float* p, int64_t ldp, const E* v, int nk, int64_t d,
                               float* o) {
     int64_t c = 0;
-    for (; c + 32 <= d; c += 32) accumulate_cols<NR, 2>(p, ldp, v, nk, d, o, c);
-    for (; c < d; c += 16) accumulate_cols<NR, 1>(p, ldp, v, nk, d, o, c);
+    for (; c + 32 <= d; c += 32) accumulate_cols<NR, 2, E>(p, ldp, v, nk, d, o, c);
+    for (; c < d; c += 16) accumulate_cols<NR, 1, E>(p, ldp, v, nk, d, o, c);
+  }
+
+  // Lane k of the result = the sum of a[k]'s 16 lanes, for every k in the
+  // same order (pairs of lanes 2 apart within each 128-bit chunk, then the
+  // neighbours, then chunks 0+1 and 2+3, then the two halves): a score
+  // rounds the same in whichever lane of whichever tile it is computed.
+  // 30 shuffles and 15 adds for 16 sums, against 4 and 4 for each sum by
+  // _mm512_reduce_add_ps.
+  static __m512 reduce16(const __m512 (&a)[16]) {
+    __m512 t[8];
+    EDGELM_UNROLL for (int m = 0; m < 8; ++m)
+      t[m] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * m], a[2 * m + 1]), _mm512_unpackhi_ps(a[2 * m], a[2 * m + 1]));
+    __m512 u[4];
+    EDGELM_UNROLL for (int m = 0; m < 4; ++m) {
+      const __m512d x = _mm512_castps_pd(t[2 * m]), y = _mm512_castps_pd(t[2 * m + 1]);
+      u[m] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+
+  // Scores of NR query rows against NK key rows (NR * NK <= 16), of which
+  // the first nkv (>= 1) exist: the others repeat the last key and are not
+  // stored. One accumulator per (row, key) walks the columns in order, then
+  // reduce16 sums them all at once.
+  template <int NR, int NK, class E>
+  static void score_block(const float* q, const E* k, int nkv, int64_t d, float* s, int64_t lds) {
+    static_assert(NR * NK <= 16 && (NK == 4 || NK == 8 || NK == 16));
+    __m512 acc[16];
+    EDGELM_UNROLL for (int a = 0; a < 16; ++a) acc[a] = _mm512_setzero_ps();
+    const E* kr[NK];
+    EDGELM_UNROLL for (int j = 0; j < NK; ++j) kr[j] = k + (j < nkv ? j : nkv - 1) * d;
+    for (int64_t c = 0; c < d; c += 16) {
+      const __mmask16 m = tail_mask(d - c);
+      __m512 kv[NK];
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = load_kv(m, kr[j] + c);
+      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
+        const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * d + c);
+        EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i * NK + j] = _mm512_fmadd_ps(qv, kv[j], acc[i * NK + j]);
+      }
+    }
+    const __m512 r = reduce16(acc);
+    const int n = nkv < NK ? nkv : NK;
+    if constexpr (NK == 16) {
+      _mm512_mask_storeu_ps(s, tail_mask(n), r);
+    } else if constexpr (NK == 8) {
+      const __mmask8 m8 = static_cast<__mmask8>((1u << n) - 1u);
+      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
+        const __m256 h = i == 0 ? _mm512_castps512_ps256(r) : _mm512_extractf32x8_ps(r, 1);
+        _mm256_mask_storeu_ps(s + i * lds, m8, h);
+      }
+    } else {
+      const __mmask8 m4 = static_cast<__mmask8>((1u << n) - 1u);
+      EDGELM_UNROLL for (int i = 0; i < NR; ++i) _mm_mask_storeu_ps(s + i * lds, m4, _mm512_extractf32x4_ps(r, i));
+    }
+  }
+
+  template <int NR, int NK, class E>
+  static void score_rows(const float* q, const E* k, int nk, int64_t d, float* s, int64_t lds) {
+    for (int j = 0; j < nk; j += NK) score_block<NR, NK, E>(q, k + j * d, nk - j, d, s + j, lds);
+  }
+
+  // Four query rows by four keys, then two by eight, then one by eight.
+  template <class E>
+  static void scores(const float* q, int nq, const E* k, int nk, int64_t d, float* s, int64_t lds) {
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) score_rows<4, 4, E>(q + i * d, k, nk, d, s + i * lds, lds);
+    for (; i + 2 <= nq; i += 2) score_rows<2, 8, E>(q + i * d, k, nk, d, s + i * lds, lds);
+    if (i < nq) score_rows<1, 8, E>(q + i * d, k, nk, d, s + i * lds, lds);
+  }
+
+  // NR accumulator rows, 16 * NV columns at a time while they last, then
+  // 16 (the last masked). NR * NV accumulators stay in registers over all
+  // nk keys; each value vector is loaded once for the NR rows.
+  template <int NR, int NV, class E>
+  static void accumulate_block(const float* p, int64_t ldp, const E* v, int nk, int64_t d, float* o) {
+    int64_t c = 0;
+    for (; c + 16 * NV <= d; c += 16 * NV) accumulate_cols<NR, NV, E>(p, ldp, v, nk, d, o, c);
+    for (; c < d; c += 16) accumulate_cols<NR, 1, E>(p, ldp, v, nk, d, o, c);
+  }
+
+  // Six rows by 64 columns (24 accumulators: a GQA group of six, Qwen2's),
+  // four by 64, two and one by 128.
+  template <class E>
+  static void accumulate(const float* p, int64_t ldp, int nq, const E* v, int nk, int64_t d, float* o) {
+    int i = 0;
+    for (; i + 6 <= nq; i += 6) accumulate_block<6, 4, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
+    for (; i + 4 <= nq; i += 4) accumulate_block<4, 4, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
+    for (; i + 2 <= nq; i += 2) accumulate_block<2, 8, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
+    if (i < nq) accumulate_block<1, 8, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
   }
 
   static float exp_sum(float* s, int n, float m) {
@@ -103,6 +201,10 @@ struct Tiles {
 
 void register_attn_avx512(Backend& be) {
   register_attn<Tiles>(be);
+  be.attn_scores = Tiles::scores<float>;
+  be.attn_scores_f16 = Tiles::scores<uint16_t>;
+  be.attn_accumulate = Tiles::accumulate<float>;
+  be.attn_accumulate_f16 = Tiles::accumulate<uint16_t>;
 }
 
 }  // namespace edgelm::kernels

@@ -29,22 +29,27 @@ inline void kv_q8_0(const void* src, float* dst, int64_t n) {
   }
 }
 
-void scores(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
+inline float elem(const float* p) { return *p; }
+inline float elem(const uint16_t* p) { return fp::half_to_float(*p); }
+
+template <class E>
+void scores(const float* q, int nq, const E* k, int nk, int64_t d, float* s, int64_t lds) {
   for (int i = 0; i < nq; ++i) {
     for (int j = 0; j < nk; ++j) {
       float sum = 0.0f;
-      for (int64_t c = 0; c < d; ++c) sum += q[i * d + c] * k[j * d + c];
+      for (int64_t c = 0; c < d; ++c) sum += q[i * d + c] * elem(k + j * d + c);
       s[i * lds + j] = sum;
     }
   }
 }
 
-void accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o) {
+template <class E>
+void accumulate(const float* p, int64_t ldp, int nq, const E* v, int nk, int64_t d, float* o) {
   for (int i = 0; i < nq; ++i) {
     float* oi = o + i * d;
     for (int j = 0; j < nk; ++j) {
       const float w = p[i * ldp + j];
-      for (int64_t c = 0; c < d; ++c) oi[c] += w * v[j * d + c];
+      for (int64_t c = 0; c < d; ++c) oi[c] += w * elem(v + j * d + c);
     }
   }
 }
@@ -94,8 +99,10 @@ void register_attn_scalar(Backend& be) {
   be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_f32>;
   be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<kv_f16>;
   be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
-  be.attn_scores = scores;
-  be.attn_accumulate = accumulate;
+  be.attn_scores = scores<float>;
+  be.attn_accumulate = accumulate<float>;
+  be.attn_scores_f16 = scores<uint16_t>;
+  be.attn_accumulate_f16 = accumulate<uint16_t>;
   be.attn_exp_sum = exp_sum;
   be.silu_mul = silu_mul;
   be.rms_norm = rms_norm;

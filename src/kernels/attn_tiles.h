@@ -3,10 +3,12 @@
 // and the softmax's exp (vec_math.h's). Written once over
 //
 //   a tile kernel K (attn_<isa>.cpp):
-//     template <int NR, int NK> static void score_tile(q, k, d, s, lds);
+//     template <int NR, int NK, class E> static void score_tile(q, k, d, s, lds);
 //       // scores of NR query rows against NK key rows
-//     template <int NR> static void accumulate_rows(p, ldp, v, nk, d, o);
+//     template <int NR, class E> static void accumulate_rows(p, ldp, v, nk, d, o);
 //       // NR accumulator rows, all d columns
+//     (E, the element type of the keys and values: float, or uint16_t for
+//     F16 cache rows read in place, converted as they are loaded)
 //     static float exp_sum(float* s, int n, float m);
 //     static void kv_f16(const void* src, float* dst, int64_t n);  // one row
 //     static void kv_q8_0(const void* src, float* dst, int64_t n);
@@ -22,29 +24,42 @@
 // translation unit, compiled with that ISA's flags.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/backend.h"
+#include "kernels/fp16.h"
 #include "kernels/vec_math.h"
 
 namespace edgelm::kernels {
 namespace {
+
+// One key or value element as a float: f32 rows, or F16 cache rows. The
+// scalar tails below multiply-add with std::fma (an instruction on every
+// ISA that uses them: AVX2 is built with FMA, and NEON has it), so whether
+// the compiler contracts a * b + c cannot differ between the f32 and the
+// F16 instantiations.
+inline float kv_elem(const float* p) { return *p; }
+inline float kv_elem(const uint16_t* p) { return fp::half_to_float(*p); }
 
 template <class S>
 struct VecTiles {
   using V = typename S::V;
   static constexpr int L = S::kLanes;
 
-  template <int NR, int NK>
-  static void score_tile(const float* q, const float* k, int64_t d, float* s, int64_t lds) {
+  static V load_kv(const float* p) { return S::load(p); }
+  static V load_kv(const uint16_t* p) { return S::load_f16(p); }
+
+  template <int NR, int NK, class E>
+  static void score_tile(const float* q, const E* k, int64_t d, float* s, int64_t lds) {
     V acc[NR][NK];
     EDGELM_UNROLL for (int i = 0; i < NR; ++i)
       EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = S::zero();
     int64_t c = 0;
     for (; c + L <= d; c += L) {
       V kv[NK];
-      EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = S::load(k + j * d + c);
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = load_kv(k + j * d + c);
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         const V qv = S::load(q + i * d + c);
         EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = S::fma(qv, kv[j], acc[i][j]);
@@ -53,22 +68,22 @@ struct VecTiles {
     EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
       EDGELM_UNROLL for (int j = 0; j < NK; ++j) {
         float t = S::sum(acc[i][j]);
-        for (int64_t e = c; e < d; ++e) t += q[i * d + e] * k[j * d + e];
+        for (int64_t e = c; e < d; ++e) t = std::fma(q[i * d + e], kv_elem(k + j * d + e), t);
         s[i * lds + j] = t;
       }
     }
   }
 
   // NR accumulator rows, columns [c, c + L * NV) kept in registers over all nk keys.
-  template <int NR, int NV>
-  static void accumulate_cols(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
+  template <int NR, int NV, class E>
+  static void accumulate_cols(const float* p, int64_t ldp, const E* v, int nk, int64_t d,
                               float* o, int64_t c) {
     V a[NR][NV];
     EDGELM_UNROLL for (int i = 0; i < NR; ++i)
       EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = S::load(o + i * d + c + L * u);
     for (int j = 0; j < nk; ++j) {
       V vv[NV];
-      EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = S::load(v + j * d + c + L * u);
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = load_kv(v + j * d + c + L * u);
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         const V w = S::splat(p[i * ldp + j]);
         EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = S::fma(w, vv[u], a[i][u]);
@@ -79,16 +94,16 @@ struct VecTiles {
   }
 
   // 16 columns at a time, then one vector, then a scalar tail.
-  template <int NR>
-  static void accumulate_rows(const float* p, int64_t ldp, const float* v, int nk, int64_t d,
+  template <int NR, class E>
+  static void accumulate_rows(const float* p, int64_t ldp, const E* v, int nk, int64_t d,
                               float* o) {
     int64_t c = 0;
-    for (; c + 16 <= d; c += 16) accumulate_cols<NR, 16 / L>(p, ldp, v, nk, d, o, c);
-    for (; c + L <= d; c += L) accumulate_cols<NR, 1>(p, ldp, v, nk, d, o, c);
+    for (; c + 16 <= d; c += 16) accumulate_cols<NR, 16 / L, E>(p, ldp, v, nk, d, o, c);
+    for (; c + L <= d; c += L) accumulate_cols<NR, 1, E>(p, ldp, v, nk, d, o, c);
     for (; c < d; ++c) {
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         float t = o[i * d + c];
-        for (int j = 0; j < nk; ++j) t += p[i * ldp + j] * v[j * d + c];
+        for (int j = 0; j < nk; ++j) t = std::fma(p[i * ldp + j], kv_elem(v + j * d + c), t);
         o[i * d + c] = t;
       }
     }
@@ -116,29 +131,28 @@ struct VecTiles {
   }
 };
 
-template <class K, int NR>
-inline void score_rows(const float* q, const float* k, int nk, int64_t d, float* s, int64_t lds) {
+template <class K, int NR, class E>
+inline void score_rows(const float* q, const E* k, int nk, int64_t d, float* s, int64_t lds) {
   int j = 0;
-  for (; j + 2 <= nk; j += 2) K::template score_tile<NR, 2>(q, k + j * d, d, s + j, lds);
-  if (j < nk) K::template score_tile<NR, 1>(q, k + j * d, d, s + j, lds);
+  for (; j + 2 <= nk; j += 2) K::template score_tile<NR, 2, E>(q, k + j * d, d, s + j, lds);
+  if (j < nk) K::template score_tile<NR, 1, E>(q, k + j * d, d, s + j, lds);
 }
 
 // Tiles of 4, 2 and 1 query rows by 2 and 1 key rows.
-template <class K>
-void tile_scores(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
+template <class K, class E>
+void tile_scores(const float* q, int nq, const E* k, int nk, int64_t d, float* s, int64_t lds) {
   int i = 0;
-  for (; i + 4 <= nq; i += 4) score_rows<K, 4>(q + i * d, k, nk, d, s + i * lds, lds);
-  for (; i + 2 <= nq; i += 2) score_rows<K, 2>(q + i * d, k, nk, d, s + i * lds, lds);
-  if (i < nq) score_rows<K, 1>(q + i * d, k, nk, d, s + i * lds, lds);
+  for (; i + 4 <= nq; i += 4) score_rows<K, 4, E>(q + i * d, k, nk, d, s + i * lds, lds);
+  for (; i + 2 <= nq; i += 2) score_rows<K, 2, E>(q + i * d, k, nk, d, s + i * lds, lds);
+  if (i < nq) score_rows<K, 1, E>(q + i * d, k, nk, d, s + i * lds, lds);
 }
 
-template <class K>
-void tile_accumulate(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d,
-                     float* o) {
+template <class K, class E>
+void tile_accumulate(const float* p, int64_t ldp, int nq, const E* v, int nk, int64_t d, float* o) {
   int i = 0;
-  for (; i + 4 <= nq; i += 4) K::template accumulate_rows<4>(p + i * ldp, ldp, v, nk, d, o + i * d);
-  for (; i + 2 <= nq; i += 2) K::template accumulate_rows<2>(p + i * ldp, ldp, v, nk, d, o + i * d);
-  if (i < nq) K::template accumulate_rows<1>(p + i * ldp, ldp, v, nk, d, o + i * d);
+  for (; i + 4 <= nq; i += 4) K::template accumulate_rows<4, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
+  for (; i + 2 <= nq; i += 2) K::template accumulate_rows<2, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
+  if (i < nq) K::template accumulate_rows<1, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
 }
 
 inline void kv_copy_f32(const void* src, float* dst, int64_t n) {
@@ -150,8 +164,10 @@ void register_attn(Backend& be) {
   be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_copy_f32>;
   be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<K::kv_f16>;
   be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<K::kv_q8_0>;
-  be.attn_scores = tile_scores<K>;
-  be.attn_accumulate = tile_accumulate<K>;
+  be.attn_scores = tile_scores<K, float>;
+  be.attn_accumulate = tile_accumulate<K, float>;
+  be.attn_scores_f16 = tile_scores<K, uint16_t>;
+  be.attn_accumulate_f16 = tile_accumulate<K, uint16_t>;
   be.attn_exp_sum = K::exp_sum;
 }
 

@@ -23,6 +23,9 @@ using KvToF32Fn = void (*)(const void* src, size_t src_stride, int rows, float* 
 using AttnScoresFn = void (*)(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds);
 using AttnExpSumFn = float (*)(float* s, int n, float m);
 using AttnAccumulateFn = void (*)(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
+using AttnScoresF16Fn = void (*)(const float* q, int nq, const uint16_t* k, int nk, int64_t d, float* s, int64_t lds);
+using AttnAccumulateF16Fn = void (*)(const float* p, int64_t ldp, int nq, const uint16_t* v, int nk, int64_t d,
+                                     float* o);
 using SiluMulFn = void (*)(float* g, const float* u, int64_t n);
 using RmsNormFn = void (*)(const float* x, const float* w, float* y, int64_t n, float eps);
 using RopeFn = void (*)(float* x, int n_heads, int head_dim, const float* table, int rope_dim, bool neox);
@@ -63,6 +66,8 @@ struct Backend {
   KvToF32Fn kv_to_f32[3] = {};       // by kv_slot
   AttnScoresFn attn_scores = nullptr;
   AttnAccumulateFn attn_accumulate = nullptr;
+  AttnScoresF16Fn attn_scores_f16 = nullptr;
+  AttnAccumulateF16Fn attn_accumulate_f16 = nullptr;
   AttnExpSumFn attn_exp_sum = nullptr;
   SiluMulFn silu_mul = nullptr;
   RmsNormFn rms_norm = nullptr;

@@ -119,6 +119,8 @@ struct Resolved {
   KvToF32Fn kv_to_f32[kNumIsas][3] = {};
   AttnScoresFn attn_scores[kNumIsas] = {};
   AttnAccumulateFn attn_accumulate[kNumIsas] = {};
+  AttnScoresF16Fn attn_scores_f16[kNumIsas] = {};
+  AttnAccumulateF16Fn attn_accumulate_f16[kNumIsas] = {};
   AttnExpSumFn attn_exp_sum[kNumIsas] = {};
   SiluMulFn silu_mul[kNumIsas] = {};
   RmsNormFn rms_norm[kNumIsas] = {};
@@ -169,6 +171,10 @@ Resolved resolve() {
     r.attn_scores[i] = first_along_chain<AttnScoresFn>(isa, [](const Backend& b) { return b.attn_scores; });
     r.attn_accumulate[i] =
         first_along_chain<AttnAccumulateFn>(isa, [](const Backend& b) { return b.attn_accumulate; });
+    r.attn_scores_f16[i] =
+        first_along_chain<AttnScoresF16Fn>(isa, [](const Backend& b) { return b.attn_scores_f16; });
+    r.attn_accumulate_f16[i] =
+        first_along_chain<AttnAccumulateF16Fn>(isa, [](const Backend& b) { return b.attn_accumulate_f16; });
     r.attn_exp_sum[i] = first_along_chain<AttnExpSumFn>(isa, [](const Backend& b) { return b.attn_exp_sum; });
     r.silu_mul[i] = first_along_chain<SiluMulFn>(isa, [](const Backend& b) { return b.silu_mul; });
     r.rms_norm[i] = first_along_chain<RmsNormFn>(isa, [](const Backend& b) { return b.rms_norm; });
@@ -321,6 +327,15 @@ void attn_scores(Isa isa, const float* q, int nq, const float* k, int nk, int64_
 
 void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o) {
   if (nq > 0 && nk > 0) table().attn_accumulate[isa_index(isa)](p, ldp, nq, v, nk, d, o);
+}
+
+void attn_scores_f16(Isa isa, const float* q, int nq, const uint16_t* k, int nk, int64_t d, float* s, int64_t lds) {
+  if (nq > 0 && nk > 0) table().attn_scores_f16[isa_index(isa)](q, nq, k, nk, d, s, lds);
+}
+
+void attn_accumulate_f16(Isa isa, const float* p, int64_t ldp, int nq, const uint16_t* v, int nk, int64_t d,
+                         float* o) {
+  if (nq > 0 && nk > 0) table().attn_accumulate_f16[isa_index(isa)](p, ldp, nq, v, nk, d, o);
 }
 
 float attn_exp_sum(Isa isa, float* s, int n, float m) {

@@ -126,6 +126,13 @@ void attn_scores(Isa isa, const float* q, int nq, const float* k, int nk, int64_
 // accumulator rows. As for the scores, an element's rounding depends only
 // on its own row of p.
 void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
+// The same two with the keys (values) as F16 cache rows, k + j * d halves,
+// read in place: the same bits as kv_to_f32 followed by the f32 kernel on
+// the same ISA (the conversion is exact), without the f32 copy's write and
+// re-read. Decode at depth streams a head's rows from memory once.
+void attn_scores_f16(Isa isa, const float* q, int nq, const uint16_t* k, int nk, int64_t d, float* s, int64_t lds);
+void attn_accumulate_f16(Isa isa, const float* p, int64_t ldp, int nq, const uint16_t* v, int nk, int64_t d,
+                         float* o);
 // s[j] = exp(s[j] - m) for j < n, where every s[j] <= m; returns the sum of
 // the new s[j]. The SIMD paths evaluate exp by a polynomial within a few
 // ulp of std::exp (the reference), and flush results below 2^-126 to zero.

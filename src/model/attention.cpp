@@ -109,6 +109,10 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
                       ? (2 * threads + n_tasks - 1) / n_tasks
                       : 1;
 
+  // F16 rows are read in place (the same bits as converting them first);
+  // F32 and Q8_0 rows are converted to f32 a block at a time.
+  const bool in_place = kv.type == DType::F16;
+
   // The online softmax of run `r`, KV head `kvh` over blocks [blk0, blk1),
   // left in the worker's acc / m / l.
   auto tile = [&](int r, int kvh, int blk0, int blk1, const TileBufs& b) {
@@ -129,11 +133,19 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
       const int p0 = blk * B;
       if (p0 > last) break;
       const int nk = std::min(p0 + B, last + 1) - p0;
-      kernels::kv_to_f32(isa, kv.type, kv.k(first.slot, layer, kvh, p0), kv.k_head, nk, b.k, hd);
-      kernels::kv_to_f32(isa, kv.type, kv.v(first.slot, layer, kvh, p0), kv.v_head, nk, b.v, hdv);
       // Tokens before the block see none of it: the active rows are a suffix.
       const int ta = std::max(0, p0 - pos0), ra = ta * g, nr = R - ra;
-      kernels::attn_scores(isa, b.q + static_cast<size_t>(ra) * hd, nr, b.k, nk, hd, b.s + static_cast<size_t>(ra) * B, B);
+      const uint8_t* kb = kv.k(first.slot, layer, kvh, p0);
+      const uint8_t* vb = kv.v(first.slot, layer, kvh, p0);
+      float* sa = b.s + static_cast<size_t>(ra) * B;
+      if (in_place) {
+        kernels::attn_scores_f16(isa, b.q + static_cast<size_t>(ra) * hd, nr, reinterpret_cast<const uint16_t*>(kb), nk,
+                                 hd, sa, B);
+      } else {
+        kernels::kv_to_f32(isa, kv.type, kb, kv.k_head, nk, b.k, hd);
+        kernels::kv_to_f32(isa, kv.type, vb, kv.v_head, nk, b.v, hdv);
+        kernels::attn_scores(isa, b.q + static_cast<size_t>(ra) * hd, nr, b.k, nk, hd, sa, B);
+      }
       for (int t = ta; t < n; ++t) {
         const int valid = std::min(nk, pos0 + t + 1 - p0);  // causal: positions <= the token's
         for (int hh = 0; hh < g; ++hh) {
@@ -152,8 +164,12 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
           for (int j = valid; j < nk; ++j) sr[j] = 0.0f;
         }
       }
-      kernels::attn_accumulate(isa, b.s + static_cast<size_t>(ra) * B, B, nr, b.v, nk, hdv,
-                               b.acc + static_cast<size_t>(ra) * hdv);
+      if (in_place) {
+        kernels::attn_accumulate_f16(isa, sa, B, nr, reinterpret_cast<const uint16_t*>(vb), nk, hdv,
+                                     b.acc + static_cast<size_t>(ra) * hdv);
+      } else {
+        kernels::attn_accumulate(isa, sa, B, nr, b.v, nk, hdv, b.acc + static_cast<size_t>(ra) * hdv);
+      }
     }
   };
   auto out_row = [&](int r, int kvh, int row) {

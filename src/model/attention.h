@@ -3,7 +3,9 @@
 // One task is one slot's run of consecutive batch tokens x one KV head: the
 // query rows of every (token, query head) sharing that KV head. The slot's
 // cached positions are taken kAttnTilePositions at a time: the block's K and
-// V rows of the head are converted to f32 once into the worker's scratch,
+// V rows of the head are read in place (an F16 cache: kernels::
+// attn_scores_f16 and attn_accumulate_f16 convert as they load) or
+// converted to f32 once into the worker's scratch (F32, Q8_0),
 // scored against all query rows by a small GEMM (kernels::attn_scores),
 // folded into each row's online softmax (causal: a token at position p sees
 // positions <= p), and P x V is added to the rows' accumulators

@@ -75,7 +75,8 @@ struct TileShape {
   int64_t d;
 };
 const TileShape kShapes[] = {{1, 1, 8},   {6, 64, 128}, {7, 33, 64}, {4, 2, 128}, {13, 64, 80},
-                             {2, 5, 17},  {48, 64, 128}, {3, 7, 96}, {5, 3, 1},   {9, 31, 40}};
+                             {2, 5, 17},  {48, 64, 128}, {3, 7, 96}, {5, 3, 1},   {9, 31, 40},
+                             {6, 61, 128}, {8, 64, 128}, {12, 9, 64}, {14, 64, 64}};
 
 TEST(AttnTiles, ScoresMatchScalar) {
   std::mt19937 rng(12);
@@ -144,6 +145,57 @@ TEST(AttnTiles, AccumulateMatchesScalar) {
         attn_accumulate(isa, p.data() + i * ldp, ldp, 1, v.data(), sh.nk, sh.d, one.data());
         for (int64_t c = 0; c < sh.d; ++c) ASSERT_EQ(one[c], got[i * sh.d + c]) << isa_name(isa) << " i=" << i;
       }
+    }
+  }
+}
+
+// nk rows of d elements as F16 cache rows, and the floats they hold.
+struct F16Rows {
+  std::vector<uint16_t> h;
+  std::vector<float> f;
+};
+F16Rows f16_rows(int nk, int64_t d, std::mt19937& rng) {
+  F16Rows r;
+  r.h.resize(static_cast<size_t>(nk * d));
+  for (int j = 0; j < nk; ++j) {
+    auto x = test::random_floats(d, rng);
+    store_kv(DType::F16, x.data(), r.h.data() + j * d, d);
+  }
+  r.f = test::dequantize(DType::F16, r.h.data(), nk * d);
+  return r;
+}
+
+// F16 rows read in place: the same bits as the f32 kernel on the rows
+// converted first, on every ISA.
+TEST(AttnTiles, ScoresFromF16RowsMatchConvertedRows) {
+  std::mt19937 rng(16);
+  for (const TileShape& sh : kShapes) {
+    auto q = test::random_floats(sh.nq * sh.d, rng);
+    const F16Rows k = f16_rows(sh.nk, sh.d, rng);
+    const int64_t lds = sh.nk + 2;
+    for (Isa isa : supported_isas()) {
+      std::vector<float> want(static_cast<size_t>(sh.nq * lds), 7.0f), got = want;
+      attn_scores(isa, q.data(), sh.nq, k.f.data(), sh.nk, sh.d, want.data(), lds);
+      attn_scores_f16(isa, q.data(), sh.nq, k.h.data(), sh.nk, sh.d, got.data(), lds);
+      ASSERT_EQ(got, want) << isa_name(isa) << " nq=" << sh.nq << " nk=" << sh.nk << " d=" << sh.d;
+    }
+  }
+}
+
+TEST(AttnTiles, AccumulateFromF16RowsMatchesConvertedRows) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (const TileShape& sh : kShapes) {
+    const int64_t ldp = sh.nk + 3;
+    std::vector<float> p(static_cast<size_t>(sh.nq * ldp));
+    for (auto& x : p) x = u(rng);
+    const F16Rows v = f16_rows(sh.nk, sh.d, rng);
+    const auto o0 = test::random_floats(sh.nq * sh.d, rng);
+    for (Isa isa : supported_isas()) {
+      auto want = o0, got = o0;
+      attn_accumulate(isa, p.data(), ldp, sh.nq, v.f.data(), sh.nk, sh.d, want.data());
+      attn_accumulate_f16(isa, p.data(), ldp, sh.nq, v.h.data(), sh.nk, sh.d, got.data());
+      ASSERT_EQ(got, want) << isa_name(isa) << " nq=" << sh.nq << " nk=" << sh.nk << " d=" << sh.d;
     }
   }
 }
