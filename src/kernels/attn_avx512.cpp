@@ -1,6 +1,7 @@
 // AVX-512 attention tile kernels (see attn_avx2.cpp): 16 lanes, and masked
-// loads for a row's last partial vector instead of a scalar tail. The loop
-// nests over rows and exp are attn_tiles.h's.
+// loads for a row's last partial vector instead of a scalar tail. Their own
+// tile shapes (wider than attn_tiles.h's: 32 registers) and a 16-way sum of
+// the score accumulators; exp is attn_tiles.h's.
 
 #include <immintrin.h>
 
@@ -38,55 +39,50 @@ struct Tiles {
     }
   }
 
-  // A row's next 16 keys or values (masked: lanes past the row are 0).
+  // A row's next 16 keys or values, or (masked) the lanes m of them and 0
+  // past the row. A masked load costs a shuffle-port uop more than a plain
+  // one, which the FMAs need, so full vectors use plain loads.
+  static __m512 load_kv(const float* p) { return _mm512_loadu_ps(p); }
+  static __m512 load_kv(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static __m512 load_kv(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
   static __m512 load_kv(__mmask16 m, const uint16_t* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
-
-  template <int NR, int NK, class E>
-  static void score_tile(const float* q, const E* k, int64_t d, float* s, int64_t lds) {
-    __m512 acc[NR][NK];
-    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
-      EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < d; c += 16) {
-      const __mmask16 m = tail_mask(d - c);
-      __m512 kv[NK];
-      EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = load_kv(m, k + j * d + c);
-      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
-        const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * d + c);
-        EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
-      }
+  template <bool kFull, class E>
+  static __m512 load(__mmask16 m, const E* p) {
+    if constexpr (kFull) {
+      return load_kv(p);
+    } else {
+      return load_kv(m, p);
     }
-    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
-      EDGELM_UNROLL for (int j = 0; j < NK; ++j) s[i * lds + j] = _mm512_reduce_add_ps(acc[i][j]);
   }
 
-  // NR accumulator rows, columns [c, c + 16 * NV) (masked past d) in registers.
-  template <int NR, int NV, class E>
+  // NR accumulator rows, columns [c, c + 16 * NV) in registers (kFull: all
+  // within d; else masked past d).
+  template <int NR, int NV, class E, bool kFull>
   static void accumulate_cols(const float* p, int64_t ldp, const E* v, int nk, int64_t d,
                               float* o, int64_t c) {
     __mmask16 m[NV];
     EDGELM_UNROLL for (int u = 0; u < NV; ++u) m[u] = tail_mask(d - c - 16 * u);
     __m512 a[NR][NV];
     EDGELM_UNROLL for (int i = 0; i < NR; ++i)
-      EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = _mm512_maskz_loadu_ps(m[u], o + i * d + c + 16 * u);
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = load<kFull>(m[u], o + i * d + c + 16 * u);
     for (int j = 0; j < nk; ++j) {
       __m512 vv[NV];
-      EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = load_kv(m[u], v + j * d + c + 16 * u);
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = load<kFull>(m[u], v + j * d + c + 16 * u);
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         const __m512 w = _mm512_set1_ps(p[i * ldp + j]);
         EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = _mm512_fmadd_ps(w, vv[u], a[i][u]);
       }
     }
     EDGELM_UNROLL for (int i = 0; i < NR; ++i)
-      EDGELM_UNROLL for (int u = 0; u < NV; ++u) _mm512_mask_storeu_ps(o + i * d + c + 16 * u, m[u], a[i][u]);
-  }
-
-  template <int NR, class E>
-  static void accumulate_rows(const float* p, int64_t ldp, const E* v, int nk, int64_t d,
-                              float* o) {
-    int64_t c = 0;
-    for (; c + 32 <= d; c += 32) accumulate_cols<NR, 2, E>(p, ldp, v, nk, d, o, c);
-    for (; c < d; c += 16) accumulate_cols<NR, 1, E>(p, ldp, v, nk, d, o, c);
+      EDGELM_UNROLL for (int u = 0; u < NV; ++u) {
+        if constexpr (kFull) {
+          _mm512_storeu_ps(o + i * d + c + 16 * u, a[i][u]);
+        } else {
+          _mm512_mask_storeu_ps(o + i * d + c + 16 * u, m[u], a[i][u]);
+        }
+      }
   }
 
   // Lane k of the result = the sum of a[k]'s 16 lanes, for every k in the
@@ -116,6 +112,18 @@ struct Tiles {
   // the first nkv (>= 1) exist: the others repeat the last key and are not
   // stored. One accumulator per (row, key) walks the columns in order, then
   // reduce16 sums them all at once.
+  // Columns [c, c + 16) of every (row, key) accumulator.
+  template <int NR, int NK, bool kFull, class E>
+  static inline __attribute__((always_inline)) void score_step(const float* q, const E* const (&kr)[NK], int64_t d,
+                                                               int64_t c, __mmask16 m, __m512 (&acc)[16]) {
+    __m512 kv[NK];
+    EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = load<kFull>(m, kr[j] + c);
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
+      const __m512 qv = load<kFull>(m, q + i * d + c);
+      EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i * NK + j] = _mm512_fmadd_ps(qv, kv[j], acc[i * NK + j]);
+    }
+  }
+
   template <int NR, int NK, class E>
   static void score_block(const float* q, const E* k, int nkv, int64_t d, float* s, int64_t lds) {
     static_assert(NR * NK <= 16 && (NK == 4 || NK == 8 || NK == 16));
@@ -123,15 +131,9 @@ struct Tiles {
     EDGELM_UNROLL for (int a = 0; a < 16; ++a) acc[a] = _mm512_setzero_ps();
     const E* kr[NK];
     EDGELM_UNROLL for (int j = 0; j < NK; ++j) kr[j] = k + (j < nkv ? j : nkv - 1) * d;
-    for (int64_t c = 0; c < d; c += 16) {
-      const __mmask16 m = tail_mask(d - c);
-      __m512 kv[NK];
-      EDGELM_UNROLL for (int j = 0; j < NK; ++j) kv[j] = load_kv(m, kr[j] + c);
-      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
-        const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * d + c);
-        EDGELM_UNROLL for (int j = 0; j < NK; ++j) acc[i * NK + j] = _mm512_fmadd_ps(qv, kv[j], acc[i * NK + j]);
-      }
-    }
+    int64_t c = 0;
+    for (; c + 16 <= d; c += 16) score_step<NR, NK, true>(q, kr, d, c, 0xffff, acc);
+    if (c < d) score_step<NR, NK, false>(q, kr, d, c, tail_mask(d - c), acc);
     const __m512 r = reduce16(acc);
     const int n = nkv < NK ? nkv : NK;
     if constexpr (NK == 16) {
@@ -168,8 +170,9 @@ struct Tiles {
   template <int NR, int NV, class E>
   static void accumulate_block(const float* p, int64_t ldp, const E* v, int nk, int64_t d, float* o) {
     int64_t c = 0;
-    for (; c + 16 * NV <= d; c += 16 * NV) accumulate_cols<NR, NV, E>(p, ldp, v, nk, d, o, c);
-    for (; c < d; c += 16) accumulate_cols<NR, 1, E>(p, ldp, v, nk, d, o, c);
+    for (; c + 16 * NV <= d; c += 16 * NV) accumulate_cols<NR, NV, E, true>(p, ldp, v, nk, d, o, c);
+    for (; c + 16 <= d; c += 16) accumulate_cols<NR, 1, E, true>(p, ldp, v, nk, d, o, c);
+    if (c < d) accumulate_cols<NR, 1, E, false>(p, ldp, v, nk, d, o, c);
   }
 
   // Six rows by 64 columns (24 accumulators: a GQA group of six, Qwen2's),
@@ -200,7 +203,10 @@ struct Tiles {
 }  // namespace
 
 void register_attn_avx512(Backend& be) {
-  register_attn<Tiles>(be);
+  be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_copy_f32>;
+  be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<Tiles::kv_f16>;
+  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<Tiles::kv_q8_0>;
+  be.attn_exp_sum = Tiles::exp_sum;
   be.attn_scores = Tiles::scores<float>;
   be.attn_scores_f16 = Tiles::scores<uint16_t>;
   be.attn_accumulate = Tiles::accumulate<float>;
