@@ -138,6 +138,16 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
       const uint8_t* kb = kv.k(first.slot, layer, kvh, p0);
       const uint8_t* vb = kv.v(first.slot, layer, kvh, p0);
       float* sa = b.s + static_cast<size_t>(ra) * B;
+      // The next block's keys and values, requested while this one is
+      // scored: the cache is cold (a step streams the weights between
+      // layers), and the hardware prefetchers stop at 4 KiB page edges.
+      if (p0 + B <= last) {
+        const size_t nn = static_cast<size_t>(std::min(p0 + 2 * B, last + 1) - p0 - B);
+        const uint8_t* kn = kb + B * kv.k_head;
+        const uint8_t* vn = vb + B * kv.v_head;
+        for (size_t off = 0; off < nn * kv.k_head; off += 64) __builtin_prefetch(kn + off, 0, 3);
+        for (size_t off = 0; off < nn * kv.v_head; off += 64) __builtin_prefetch(vn + off, 0, 3);
+      }
       if (in_place) {
         kernels::attn_scores_f16(isa, b.q + static_cast<size_t>(ra) * hd, nr, reinterpret_cast<const uint16_t*>(kb), nk,
                                  hd, sa, B);
