@@ -108,10 +108,6 @@ struct Tiles {
                          _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
   }
 
-  // Scores of NR query rows against NK key rows (NR * NK <= 16), of which
-  // the first nkv (>= 1) exist: the others repeat the last key and are not
-  // stored. One accumulator per (row, key) walks the columns in order, then
-  // reduce16 sums them all at once.
   // Columns [c, c + 16) of every (row, key) accumulator.
   template <int NR, int NK, bool kFull, class E>
   static inline __attribute__((always_inline)) void score_step(const float* q, const E* const (&kr)[NK], int64_t d,
@@ -124,6 +120,10 @@ struct Tiles {
     }
   }
 
+  // Scores of NR query rows against NK key rows (NR * NK <= 16), of which
+  // the first nkv (>= 1) exist: the others repeat the last key and are not
+  // stored. One accumulator per (row, key) walks the columns in order, then
+  // reduce16 sums them all at once.
   template <int NR, int NK, class E>
   static void score_block(const float* q, const E* k, int nkv, int64_t d, float* s, int64_t lds) {
     static_assert(NR * NK <= 16 && (NK == 4 || NK == 8 || NK == 16));
