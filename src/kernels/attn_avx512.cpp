@@ -138,15 +138,14 @@ struct Tiles {
     const int n = nkv < NK ? nkv : NK;
     if constexpr (NK == 16) {
       _mm512_mask_storeu_ps(s, tail_mask(n), r);
-    } else if constexpr (NK == 8) {
-      const __mmask8 m8 = static_cast<__mmask8>((1u << n) - 1u);
-      EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
-        const __m256 h = i == 0 ? _mm512_castps512_ps256(r) : _mm512_extractf32x8_ps(r, 1);
-        _mm256_mask_storeu_ps(s + i * lds, m8, h);
-      }
     } else {
-      const __mmask8 m4 = static_cast<__mmask8>((1u << n) - 1u);
-      EDGELM_UNROLL for (int i = 0; i < NR; ++i) _mm_mask_storeu_ps(s + i * lds, m4, _mm512_extractf32x4_ps(r, i));
+      // Row i's NK scores are lanes [i * NK, i * NK + n). Through memory: the
+      // extract instructions need an immediate, which a loop index is not
+      // in an unoptimized (sanitizer) build.
+      alignas(64) float t[16];
+      _mm512_store_ps(t, r);
+      EDGELM_UNROLL for (int i = 0; i < NR; ++i)
+        for (int j = 0; j < n; ++j) s[i * lds + j] = t[i * NK + j];
     }
   }
 
