@@ -126,7 +126,7 @@ struct Tiles {
   // reduce16 sums them all at once.
   template <int NR, int NK, class E>
   static void score_block(const float* q, const E* k, int nkv, int64_t d, float* s, int64_t lds) {
-    static_assert(NR * NK <= 16 && (NK == 4 || NK == 8 || NK == 16));
+    static_assert(NR * NK <= 16);
     __m512 acc[16];
     EDGELM_UNROLL for (int a = 0; a < 16; ++a) acc[a] = _mm512_setzero_ps();
     const E* kr[NK];
@@ -136,17 +136,13 @@ struct Tiles {
     if (c < d) score_step<NR, NK, false>(q, kr, d, c, tail_mask(d - c), acc);
     const __m512 r = reduce16(acc);
     const int n = nkv < NK ? nkv : NK;
-    if constexpr (NK == 16) {
-      _mm512_mask_storeu_ps(s, tail_mask(n), r);
-    } else {
-      // Row i's NK scores are lanes [i * NK, i * NK + n). Through memory: the
-      // extract instructions need an immediate, which a loop index is not
-      // in an unoptimized (sanitizer) build.
-      alignas(64) float t[16];
-      _mm512_store_ps(t, r);
-      EDGELM_UNROLL for (int i = 0; i < NR; ++i)
-        for (int j = 0; j < n; ++j) s[i * lds + j] = t[i * NK + j];
-    }
+    // Row i's NK scores are lanes [i * NK, i * NK + n). Through memory: the
+    // extract instructions need an immediate, which a loop index is not in
+    // an unoptimized (sanitizer) build.
+    alignas(64) float t[16];
+    _mm512_store_ps(t, r);
+    EDGELM_UNROLL for (int i = 0; i < NR; ++i)
+      for (int j = 0; j < n; ++j) s[i * lds + j] = t[i * NK + j];
   }
 
   template <int NR, int NK, class E>
@@ -202,14 +198,7 @@ struct Tiles {
 }  // namespace
 
 void register_attn_avx512(Backend& be) {
-  be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_copy_f32>;
-  be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<Tiles::kv_f16>;
-  be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<Tiles::kv_q8_0>;
-  be.attn_exp_sum = Tiles::exp_sum;
-  be.attn_scores = Tiles::scores<float>;
-  be.attn_scores_f16 = Tiles::scores<uint16_t>;
-  be.attn_accumulate = Tiles::accumulate<float>;
-  be.attn_accumulate_f16 = Tiles::accumulate<uint16_t>;
+  register_attn<Tiles>(be);
 }
 
 }  // namespace edgelm::kernels

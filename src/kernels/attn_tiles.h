@@ -12,6 +12,9 @@
 //     static float exp_sum(float* s, int n, float m);
 //     static void kv_f16(const void* src, float* dst, int64_t n);  // one row
 //     static void kv_q8_0(const void* src, float* dst, int64_t n);
+//     (or, instead of score_tile and accumulate_rows, whole-tile
+//     template <class E> scores(...) and accumulate(...) with kernels.h's
+//     signatures: AVX-512's, whose tiles and score sums are its own)
 //   and, for the parts that are the same arithmetic on every ISA, a vector
 //   type S (F32x8 in simd_avx2.h, F32x4 in simd_neon.h, F32x16 in
 //   simd_avx512.h): VecTiles<S> is the tile kernel of an ISA whose rows end
@@ -159,15 +162,25 @@ inline void kv_copy_f32(const void* src, float* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
+// A tile kernel with whole-tile entry points of its own (K::scores<E>,
+// K::accumulate<E>: AVX-512's) registers those; the others get this
+// file's loop nests over K::score_tile and K::accumulate_rows.
 template <class K>
 void register_attn(Backend& be) {
   be.kv_to_f32[kv_slot(DType::F32)] = kv_rows<kv_copy_f32>;
   be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<K::kv_f16>;
   be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<K::kv_q8_0>;
-  be.attn_scores = tile_scores<K, float>;
-  be.attn_accumulate = tile_accumulate<K, float>;
-  be.attn_scores_f16 = tile_scores<K, uint16_t>;
-  be.attn_accumulate_f16 = tile_accumulate<K, uint16_t>;
+  if constexpr (requires { &K::template scores<float>; }) {
+    be.attn_scores = K::template scores<float>;
+    be.attn_accumulate = K::template accumulate<float>;
+    be.attn_scores_f16 = K::template scores<uint16_t>;
+    be.attn_accumulate_f16 = K::template accumulate<uint16_t>;
+  } else {
+    be.attn_scores = tile_scores<K, float>;
+    be.attn_accumulate = tile_accumulate<K, float>;
+    be.attn_scores_f16 = tile_scores<K, uint16_t>;
+    be.attn_accumulate_f16 = tile_accumulate<K, uint16_t>;
+  }
   be.attn_exp_sum = K::exp_sum;
 }
 

@@ -112,13 +112,19 @@ TEST(AttnTiles, ScoresMatchScalar) {
   }
 }
 
+// nq rows of probability-like weights in [0, 1), ldp floats apart.
+std::vector<float> weights(int nq, int64_t ldp, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> p(static_cast<size_t>(nq * ldp));
+  for (auto& x : p) x = u(rng);
+  return p;
+}
+
 TEST(AttnTiles, AccumulateMatchesScalar) {
   std::mt19937 rng(13);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (const TileShape& sh : kShapes) {
     const int64_t ldp = sh.nk + 1;
-    std::vector<float> p(static_cast<size_t>(sh.nq * ldp));
-    for (auto& x : p) x = u(rng);
+    const std::vector<float> p = weights(sh.nq, ldp, rng);
     auto v = test::random_floats(sh.nk * sh.d, rng);
     auto o0 = test::random_floats(sh.nq * sh.d, rng);
     auto want = o0;
@@ -184,11 +190,9 @@ TEST(AttnTiles, ScoresFromF16RowsMatchConvertedRows) {
 
 TEST(AttnTiles, AccumulateFromF16RowsMatchesConvertedRows) {
   std::mt19937 rng(17);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (const TileShape& sh : kShapes) {
     const int64_t ldp = sh.nk + 3;
-    std::vector<float> p(static_cast<size_t>(sh.nq * ldp));
-    for (auto& x : p) x = u(rng);
+    const std::vector<float> p = weights(sh.nq, ldp, rng);
     const F16Rows v = f16_rows(sh.nk, sh.d, rng);
     const auto o0 = test::random_floats(sh.nq * sh.d, rng);
     for (Isa isa : supported_isas()) {
