@@ -4,7 +4,7 @@
 //   kv/<op>/<type>: dot and axpy of a query row with 256 KV cache rows of 128,
 //                  and kv_to_f32 of those rows (F32, F16, Q8_0 cache)
 //   attn/<op>:     the attention tiles on 6 query rows (a GQA group) x 256
-//                  key rows of 128: scores, exp_sum, accumulate, and
+//                  key rows of 128: scores, exp_sum, max, accumulate, and
 //                  scores_f16, accumulate_f16 (F16 rows read in place)
 // All data stays in L1/L2: these measure the kernels' arithmetic, which is
 // what changes when their code does.
@@ -143,6 +143,16 @@ void bm_attn_exp_sum(benchmark::State& st, Isa isa) {
   }
 }
 
+// Each row's max, as a decode step finds it for every block of a group.
+void bm_attn_max(benchmark::State& st, Isa isa) {
+  const std::vector<float> s = random_floats(static_cast<size_t>(kGroup * kRows), 9);
+  for (auto _ : st) {
+    float m = 0.0f;
+    for (int i = 0; i < kGroup; ++i) m += attn_max(isa, s.data() + i * kRows, kRows);
+    benchmark::DoNotOptimize(m);
+  }
+}
+
 void bm_attn_accumulate(benchmark::State& st, Isa isa) {
   const std::vector<float> p = random_floats(kGroup * kRows, 10),
                            v = random_floats(kRows * kDim, 11);
@@ -170,6 +180,7 @@ void register_act_attn() {
     }
     benchmark::RegisterBenchmark(("attn/scores" + tag).c_str(), bm_attn_scores, isa);
     benchmark::RegisterBenchmark(("attn/exp_sum" + tag).c_str(), bm_attn_exp_sum, isa);
+    benchmark::RegisterBenchmark(("attn/max" + tag).c_str(), bm_attn_max, isa);
     benchmark::RegisterBenchmark(("attn/accumulate" + tag).c_str(), bm_attn_accumulate, isa);
     benchmark::RegisterBenchmark(("attn/scores_f16" + tag).c_str(), bm_attn_scores_f16, isa);
     benchmark::RegisterBenchmark(("attn/accumulate_f16" + tag).c_str(), bm_attn_accumulate_f16, isa);

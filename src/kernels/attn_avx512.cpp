@@ -193,6 +193,15 @@ struct Tiles {
     }
     return _mm512_reduce_add_ps(acc);
   }
+
+  // Lanes past n keep the running max (a masked load over it).
+  static float max_of(const float* s, int n) {
+    __m512 a = _mm512_set1_ps(s[0]);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) a = _mm512_max_ps(a, _mm512_loadu_ps(s + j));
+    if (j < n) a = _mm512_max_ps(a, _mm512_mask_loadu_ps(a, tail_mask(n - j), s + j));
+    return _mm512_reduce_max_ps(a);
+  }
 };
 
 }  // namespace

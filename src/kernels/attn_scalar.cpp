@@ -2,6 +2,7 @@
 // tiles") and of the element-wise ones: the oracle the SIMD versions are
 // tested against.
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/backend.h"
@@ -63,6 +64,12 @@ float exp_sum(float* s, int n, float m) {
   return sum;
 }
 
+float max_of(const float* s, int n) {
+  float m = s[0];
+  for (int j = 1; j < n; ++j) m = std::max(m, s[j]);
+  return m;
+}
+
 // The element-wise references (kernels.h, "element-wise").
 void silu_mul(float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
@@ -104,6 +111,7 @@ void register_attn_scalar(Backend& be) {
   be.attn_scores_f16 = scores<uint16_t>;
   be.attn_accumulate_f16 = accumulate<uint16_t>;
   be.attn_exp_sum = exp_sum;
+  be.attn_max = max_of;
   be.silu_mul = silu_mul;
   be.rms_norm = rms_norm;
   be.rope = rope;

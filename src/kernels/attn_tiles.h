@@ -10,6 +10,7 @@
 //     (E, the element type of the keys and values: float, or uint16_t for
 //     F16 cache rows read in place, converted as they are loaded)
 //     static float exp_sum(float* s, int n, float m);
+//     static float max_of(const float* s, int n);
 //     static void kv_f16(const void* src, float* dst, int64_t n);  // one row
 //     static void kv_q8_0(const void* src, float* dst, int64_t n);
 //     (or, instead of score_tile and accumulate_rows, whole-tile
@@ -27,6 +28,7 @@
 // translation unit, compiled with that ISA's flags.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -132,6 +134,24 @@ struct VecTiles {
     }
     return S::sum(acc);
   }
+
+  // Two vector maxima (the loop's latency chain halved), then a scalar tail.
+  static float max_of(const float* s, int n) {
+    if (n < 2 * L) {
+      float m = s[0];
+      for (int j = 1; j < n; ++j) m = std::max(m, s[j]);
+      return m;
+    }
+    V a = S::load(s), b = S::load(s + L);
+    int j = 2 * L;
+    for (; j + 2 * L <= n; j += 2 * L) {
+      a = S::max(a, S::load(s + j));
+      b = S::max(b, S::load(s + j + L));
+    }
+    float m = S::max_lane(S::max(a, b));
+    for (; j < n; ++j) m = std::max(m, s[j]);
+    return m;
+  }
 };
 
 template <class K, int NR, class E>
@@ -182,6 +202,7 @@ void register_attn(Backend& be) {
     be.attn_accumulate_f16 = tile_accumulate<K, uint16_t>;
   }
   be.attn_exp_sum = K::exp_sum;
+  be.attn_max = K::max_of;
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ using AxpyKvFn = void (*)(float a, const void* v, float* y, int64_t n);
 using KvToF32Fn = void (*)(const void* src, size_t src_stride, int rows, float* dst, int64_t n);
 using AttnScoresFn = void (*)(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds);
 using AttnExpSumFn = float (*)(float* s, int n, float m);
+using AttnMaxFn = float (*)(const float* s, int n);
 using AttnAccumulateFn = void (*)(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
 using AttnScoresF16Fn = void (*)(const float* q, int nq, const uint16_t* k, int nk, int64_t d, float* s, int64_t lds);
 using AttnAccumulateF16Fn = void (*)(const float* p, int64_t ldp, int nq, const uint16_t* v, int nk, int64_t d,
@@ -69,6 +70,7 @@ struct Backend {
   AttnScoresF16Fn attn_scores_f16 = nullptr;
   AttnAccumulateF16Fn attn_accumulate_f16 = nullptr;
   AttnExpSumFn attn_exp_sum = nullptr;
+  AttnMaxFn attn_max = nullptr;
   SiluMulFn silu_mul = nullptr;
   RmsNormFn rms_norm = nullptr;
   RopeFn rope = nullptr;

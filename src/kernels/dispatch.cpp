@@ -8,6 +8,7 @@
 // so a CPU with both uses avx512.)
 
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -122,6 +123,7 @@ struct Resolved {
   AttnScoresF16Fn attn_scores_f16[kNumIsas] = {};
   AttnAccumulateF16Fn attn_accumulate_f16[kNumIsas] = {};
   AttnExpSumFn attn_exp_sum[kNumIsas] = {};
+  AttnMaxFn attn_max[kNumIsas] = {};
   SiluMulFn silu_mul[kNumIsas] = {};
   RmsNormFn rms_norm[kNumIsas] = {};
   RopeFn rope[kNumIsas] = {};
@@ -176,6 +178,7 @@ Resolved resolve() {
     r.attn_accumulate_f16[i] =
         first_along_chain<AttnAccumulateF16Fn>(isa, [](const Backend& b) { return b.attn_accumulate_f16; });
     r.attn_exp_sum[i] = first_along_chain<AttnExpSumFn>(isa, [](const Backend& b) { return b.attn_exp_sum; });
+    r.attn_max[i] = first_along_chain<AttnMaxFn>(isa, [](const Backend& b) { return b.attn_max; });
     r.silu_mul[i] = first_along_chain<SiluMulFn>(isa, [](const Backend& b) { return b.silu_mul; });
     r.rms_norm[i] = first_along_chain<RmsNormFn>(isa, [](const Backend& b) { return b.rms_norm; });
     r.rope[i] = first_along_chain<RopeFn>(isa, [](const Backend& b) { return b.rope; });
@@ -340,6 +343,10 @@ void attn_accumulate_f16(Isa isa, const float* p, int64_t ldp, int nq, const uin
 
 float attn_exp_sum(Isa isa, float* s, int n, float m) {
   return n > 0 ? table().attn_exp_sum[isa_index(isa)](s, n, m) : 0.0f;
+}
+
+float attn_max(Isa isa, const float* s, int n) {
+  return n > 0 ? table().attn_max[isa_index(isa)](s, n) : -INFINITY;
 }
 
 void silu_mul(Isa isa, float* g, const float* u, int64_t n) {

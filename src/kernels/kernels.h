@@ -137,6 +137,10 @@ void attn_accumulate_f16(Isa isa, const float* p, int64_t ldp, int nq, const uin
 // the new s[j]. The SIMD paths evaluate exp by a polynomial within a few
 // ulp of std::exp (the reference), and flush results below 2^-126 to zero.
 float attn_exp_sum(Isa isa, float* s, int n, float m);
+// The largest of s[0], ..., s[n - 1] (-inf when n is 0): a block's running
+// max for the online softmax. Exact, so every ISA returns the reference's
+// value; with a NaN among the scores the result is unspecified.
+float attn_max(Isa isa, const float* s, int n);
 
 // --- element-wise ------------------------------------------------------------
 // The float work between the matrix products, one row at a time (the

@@ -78,6 +78,8 @@ struct F32x8 {
   static V sub_add(V a, V b) { return _mm256_addsub_ps(a, b); }
   static V round(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static float sum(V v) { return hsum(v); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static float max_lane(V v) { return hmax(v); }
   // p * 2^n for integral n in [-126, 127], built in the exponent bits.
   static V scale_pow2(V p, V n) {
     const __m256i e =

@@ -63,6 +63,8 @@ struct F32x4 {
   }
   static V round(V v) { return vrndnq_f32(v); }
   static float sum(V v) { return vaddvq_f32(v); }
+  static V max(V a, V b) { return vmaxq_f32(a, b); }
+  static float max_lane(V v) { return vmaxvq_f32(v); }
   // p * 2^n for integral n in [-126, 127], built in the exponent bits.
   static V scale_pow2(V p, V n) {
     const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);

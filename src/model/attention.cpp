@@ -162,8 +162,7 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
         for (int hh = 0; hh < g; ++hh) {
           const int row = t * g + hh;
           float* sr = b.s + static_cast<size_t>(row) * B;
-          float bm = sr[0];
-          for (int j = 1; j < valid; ++j) bm = std::max(bm, sr[j]);
+          const float bm = kernels::attn_max(isa, sr, valid);
           if (bm > b.m[row]) {
             const float f = std::exp(b.m[row] - bm);  // 0 on the row's first block
             float* a = b.acc + static_cast<size_t>(row) * hdv;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -202,6 +203,34 @@ TEST(AttnTiles, AccumulateFromF16RowsMatchesConvertedRows) {
       ASSERT_EQ(got, want) << isa_name(isa) << " nq=" << sh.nq << " nk=" << sh.nk << " d=" << sh.d;
     }
   }
+}
+
+// The max is exact, so every ISA returns the reference's value: the largest
+// element wherever it stands (first, last, in a vector's tail or body), of
+// rows shorter and longer than a vector, including infinite scores.
+TEST(AttnTiles, MaxMatchesScalar) {
+  std::mt19937 rng(16);
+  std::uniform_real_distribution<float> u(-50.0f, 10.0f);
+  for (int n : {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 100}) {
+    for (int at = 0; at < n; at += (n > 8 ? n / 5 + 1 : 1)) {
+      std::vector<float> s(static_cast<size_t>(n));
+      for (auto& x : s) x = u(rng);
+      s[static_cast<size_t>(at)] = 20.0f + static_cast<float>(at);
+      const float want = attn_max(Isa::Scalar, s.data(), n);
+      ASSERT_EQ(want, s[static_cast<size_t>(at)]) << "n=" << n << " at=" << at;
+      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), want) << isa_name(isa) << " n=" << n << " at=" << at;
+      // The last element the largest, and every element equal.
+      s[static_cast<size_t>(n - 1)] = 1000.0f;
+      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), 1000.0f) << isa_name(isa) << " n=" << n;
+      std::fill(s.begin(), s.end(), -3.25f);
+      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), -3.25f) << isa_name(isa) << " n=" << n;
+      s[static_cast<size_t>(at)] = -INFINITY;
+      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), n > 1 ? -3.25f : -INFINITY) << isa_name(isa) << " n=" << n;
+      s[static_cast<size_t>(at)] = INFINITY;
+      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), INFINITY) << isa_name(isa) << " n=" << n;
+    }
+  }
+  for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, nullptr, 0), -INFINITY) << isa_name(isa);
 }
 
 TEST(AttnTiles, ExpSumMatchesScalar) {
