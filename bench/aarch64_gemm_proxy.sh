@@ -7,6 +7,11 @@
 #
 #   bash bench/aarch64_gemm_proxy.sh [TYPE ...]     # default: every quant type
 #   NTOK=8 bash bench/aarch64_gemm_proxy.sh Q4_K
+#   bash bench/aarch64_gemm_proxy.sh ATTN           # a decode step's attention block
+#
+# ATTN counts one block of decode attention (6 query rows x 64 F16 cache
+# rows of 128: scores, max, exp, weighted values) and gives instructions per
+# (query row, cache row) pair instead of per weight.
 #
 # The kernels are compiled at -O3, as the Release build compiles them, into
 # build/bench/gemm-a64/.
@@ -57,6 +62,10 @@ printf '%-6s %14s %18s\n' type instr/call "instr/weight/token"
 for t in "${types[@]}"; do
   a=$(count 1 "$t")
   b=$(count 11 "$t")
+  if [[ "$t" == ATTN ]]; then
+    awk -v a="$a" -v b="$b" 'BEGIN { c = (b - a) / 10; printf "%-6s %14d %18.3f per (query row, cache row)\n", "ATTN", c, c / (6 * 64) }'
+    continue
+  fi
   awk -v t="$t" -v a="$a" -v b="$b" -v k="$NTOK" \
     'BEGIN { c = (b - a) / 10; printf "%-6s %14d %18.3f\n", t, c, c / (64 * 1536) / k }'
 done
