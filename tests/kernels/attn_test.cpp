@@ -211,23 +211,27 @@ TEST(AttnTiles, AccumulateFromF16RowsMatchesConvertedRows) {
 TEST(AttnTiles, MaxMatchesScalar) {
   std::mt19937 rng(16);
   std::uniform_real_distribution<float> u(-50.0f, 10.0f);
+  auto expect_max = [](const std::vector<float>& s, float want, const char* what) {
+    const int n = static_cast<int>(s.size());
+    for (Isa isa : supported_isas())
+      ASSERT_EQ(attn_max(isa, s.data(), n), want) << isa_name(isa) << " n=" << n << " " << what;
+  };
   for (int n : {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 100}) {
     for (int at = 0; at < n; at += (n > 8 ? n / 5 + 1 : 1)) {
+      const auto i = static_cast<size_t>(at);
       std::vector<float> s(static_cast<size_t>(n));
       for (auto& x : s) x = u(rng);
-      s[static_cast<size_t>(at)] = 20.0f + static_cast<float>(at);
-      const float want = attn_max(Isa::Scalar, s.data(), n);
-      ASSERT_EQ(want, s[static_cast<size_t>(at)]) << "n=" << n << " at=" << at;
-      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), want) << isa_name(isa) << " n=" << n << " at=" << at;
-      // The last element the largest, and every element equal.
-      s[static_cast<size_t>(n - 1)] = 1000.0f;
-      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), 1000.0f) << isa_name(isa) << " n=" << n;
+      s[i] = 20.0f + static_cast<float>(at);
+      ASSERT_EQ(attn_max(Isa::Scalar, s.data(), n), s[i]) << "n=" << n << " at=" << at;
+      expect_max(s, s[i], "largest inside");
+      s.back() = 1000.0f;
+      expect_max(s, 1000.0f, "largest last");
       std::fill(s.begin(), s.end(), -3.25f);
-      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), -3.25f) << isa_name(isa) << " n=" << n;
-      s[static_cast<size_t>(at)] = -INFINITY;
-      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), n > 1 ? -3.25f : -INFINITY) << isa_name(isa) << " n=" << n;
-      s[static_cast<size_t>(at)] = INFINITY;
-      for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, s.data(), n), INFINITY) << isa_name(isa) << " n=" << n;
+      expect_max(s, -3.25f, "all equal");
+      s[i] = -INFINITY;
+      expect_max(s, n > 1 ? -3.25f : -INFINITY, "one -inf");
+      s[i] = INFINITY;
+      expect_max(s, INFINITY, "one +inf");
     }
   }
   for (Isa isa : supported_isas()) ASSERT_EQ(attn_max(isa, nullptr, 0), -INFINITY) << isa_name(isa);
