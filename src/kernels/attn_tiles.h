@@ -52,6 +52,7 @@ template <class S>
 struct VecTiles {
   using V = typename S::V;
   static constexpr int L = S::kLanes;
+  static constexpr int kRegisters = S::kRegisters;
 
   static V load_kv(const float* p) { return S::load(p); }
   static V load_kv(const uint16_t* p) { return S::load_f16(p); }
@@ -154,17 +155,22 @@ struct VecTiles {
   }
 };
 
+// Key rows 4 at a time for 4 or more query rows where the ISA has 32
+// vector registers (NEON: 6 x 4 accumulators, 4 keys and a query vector
+// are 29), else 2 at a time; then 2 and 1.
 template <class K, int NR, class E>
 inline void score_rows(const float* q, const E* k, int nk, int64_t d, float* s, int64_t lds) {
   int j = 0;
+  if constexpr (K::kRegisters >= 32 && NR >= 4)
+    for (; j + 4 <= nk; j += 4) K::template score_tile<NR, 4, E>(q, k + j * d, d, s + j, lds);
   for (; j + 2 <= nk; j += 2) K::template score_tile<NR, 2, E>(q, k + j * d, d, s + j, lds);
   if (j < nk) K::template score_tile<NR, 1, E>(q, k + j * d, d, s + j, lds);
 }
 
-// Tiles of 6, 4, 2 and 1 query rows by 2 and 1 key rows. Six rows (a
+// Tiles of 6, 4, 2 and 1 query rows by score_rows' key rows. Six rows (a
 // Qwen2 GQA group: a decode step's whole tile) load each key vector once
-// for the group; their 12 accumulators, 2 keys and a query vector fit
-// AVX2's 16 registers.
+// for the group; 6 x 2 accumulators, 2 keys and a query vector fit AVX2's
+// 16 registers.
 template <class K, class E>
 void tile_scores(const float* q, int nq, const E* k, int nk, int64_t d, float* s, int64_t lds) {
   int i = 0;

@@ -53,6 +53,7 @@ namespace {
 struct F32x8 {
   using V = __m256;
   static constexpr int kLanes = 8;
+  static constexpr int kRegisters = 16;
   static V zero() { return _mm256_setzero_ps(); }
   static V splat(float f) { return _mm256_set1_ps(f); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }

@@ -32,6 +32,7 @@ namespace {
 struct F32x4 {
   using V = float32x4_t;
   static constexpr int kLanes = 4;
+  static constexpr int kRegisters = 32;
   static V zero() { return vdupq_n_f32(0.0f); }
   static V splat(float f) { return vdupq_n_f32(f); }
   static V load(const float* p) { return vld1q_f32(p); }
