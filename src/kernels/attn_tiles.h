@@ -13,6 +13,8 @@
 //     static float max_of(const float* s, int n);
 //     static void kv_f16(const void* src, float* dst, int64_t n);  // one row
 //     static void kv_q8_0(const void* src, float* dst, int64_t n);
+//     static constexpr int kRegisters;  // the ISA's vector registers: 32
+//                                       // give score_rows 4-key tiles
 //     (or, instead of score_tile and accumulate_rows, whole-tile
 //     template <class E> scores(...) and accumulate(...) with kernels.h's
 //     signatures: AVX-512's, whose tiles and score sums are its own)
