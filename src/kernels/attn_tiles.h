@@ -138,20 +138,19 @@ struct VecTiles {
     return S::sum(acc);
   }
 
-  // Two vector maxima (the loop's latency chain halved), then a scalar tail.
+  // Two vector maxima (the loop's latency chain halved) over whole pairs of
+  // vectors, then the rest one element at a time.
   static float max_of(const float* s, int n) {
-    if (n < 2 * L) {
-      float m = s[0];
-      for (int j = 1; j < n; ++j) m = std::max(m, s[j]);
-      return m;
+    float m = s[0];
+    int j = 1;
+    if (n >= 2 * L) {
+      V a = S::load(s), b = S::load(s + L);
+      for (j = 2 * L; j + 2 * L <= n; j += 2 * L) {
+        a = S::max(a, S::load(s + j));
+        b = S::max(b, S::load(s + j + L));
+      }
+      m = S::max_lane(S::max(a, b));
     }
-    V a = S::load(s), b = S::load(s + L);
-    int j = 2 * L;
-    for (; j + 2 * L <= n; j += 2 * L) {
-      a = S::max(a, S::load(s + j));
-      b = S::max(b, S::load(s + j + L));
-    }
-    float m = S::max_lane(S::max(a, b));
     for (; j < n; ++j) m = std::max(m, s[j]);
     return m;
   }
