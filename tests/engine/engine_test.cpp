@@ -118,9 +118,10 @@ std::vector<double> first_entry_deviation(const std::string& file, const nlohman
 // other side of a rounding boundary (8-bit activation quantization, f16)
 // because the sums ran in another order moves the logprobs by up to 0.08.
 // Which files those are depends on the kernels' summation order (AVX-512,
-// AVX2 and scalar each flip different ones; 6 or 7 of the 12 files agree
-// to 1e-5 on each). So: 0.05 on the float files, 0.1 on every file, and at
-// least 5 files with all five within 1e-3 (without the f16 rounding of the
+// AVX2 and scalar each flip different ones: 6 or 7 of the 12 files agree
+// to 1e-5 with AVX-512, 4 with the AVX2 kernels, seen on an AMD EPYC
+// without AVX-512). So: 0.05 on the float files, 0.1 on every file, and at
+// least 4 files with all five within 1e-3 (without the f16 rounding of the
 // running output, none of them is).
 TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5) {
   EDGELM_REQUIRE_SHARED(ref_path, "types/greedy.json");
@@ -139,7 +140,7 @@ TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5) {
     }
     exact_files += worst <= 1e-3;
   }
-  EXPECT_GE(exact_files, 5u) << exact_files << " of " << ref.size() << " files within 1e-3 of llama.cpp";
+  EXPECT_GE(exact_files, 4u) << exact_files << " of " << ref.size() << " files within 1e-3 of llama.cpp";
 }
 
 // The default f32 attention rounds less than llama.cpp does, so on these
