@@ -7,7 +7,9 @@
 // Per half and block (sub-block for the K formats) the quants are loaded and
 // decoded to unsigned bytes once (eight registers) and used for up to four
 // tokens. Per token, each quant vector meets four activation bytes broadcast
-// to every lane:
+// to every lane. One token (decode) instead takes both halves block by block
+// in one pass (whole_pass): each weight line is read once, not a second time
+// from L2 for the second half, and each activation broadcast serves both.
 //
 //   AVX2: vpmaddubsw (u8 x s8 -> pairs summed in 16 bits), and the 16-bit
 //     vectors added while they cannot overflow (a pair is at most 2 x 127 x
@@ -167,51 +169,73 @@ struct Legacy {
   static int64_t blocks(const GemmArgs& a) { return a.n / 32; }
   static size_t group_bytes(const GemmArgs& a) { return 16 * a.w_stride; }
 
+  static inline __attribute__((always_inline)) void prefetch(const uint8_t* blk) {
+    const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kBlock);
+    for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+  }
+
   // Tokens xr[0..TS) against half h of one group, accumulated into acc over every block.
   template <int TS>
   static inline __attribute__((always_inline)) void half_pass(const uint8_t* gp, int h, int64_t nb,
                                                               const uint8_t* const* xr, __m256 (&acc)[TS]) {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
-      if (h == 0) {
-        const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kBlock);
-        for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
-      }
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-      if constexpr (F::kSignFix) {
-        const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
-        __m256i s32[TS];
-        for (int j = 0; j < TS; ++j) s32[j] = _mm256_setzero_si256();
-        for (int c = 0; c < 8; ++c) {
-          const __m256i w = _mm256_xor_si256(F::vec(blk, h, c), bias);
-          const __m256i aw = _mm256_abs_epi8(w);
-          for (int j = 0; j < TS; ++j) {
-            const int8_t* xq = (reinterpret_cast<const BlockQ8_0*>(xr[j]) + b)->qs + F::act_offset(c);
-            const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(xq), w));
-            s32[j] = _mm256_add_epi32(s32[j], _mm256_madd_epi16(p16, ones));
-          }
-        }
+      if (h == 0) prefetch(blk);
+      block<TS>(blk, h, b, nb, xr, acc);
+    }
+  }
+
+  // One token against both halves in one pass: each block's weights are
+  // read once (not again from L2 for the second half), and each activation
+  // broadcast serves both halves.
+  static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb, const uint8_t* const* xr,
+                                                               __m256 (&lo)[1], __m256 (&hi)[1]) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
+      prefetch(blk);
+      block<1>(blk, 0, b, nb, xr, lo);
+      block<1>(blk, 1, b, nb, xr, hi);
+    }
+  }
+
+  // Block b of half h, tokens xr[0..TS).
+  template <int TS>
+  static inline __attribute__((always_inline)) void block(const uint8_t* blk, int h, int64_t b, int64_t nb,
+                                                          const uint8_t* const* xr, __m256 (&acc)[TS]) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+    if constexpr (F::kSignFix) {
+      const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
+      __m256i s32[TS];
+      for (int j = 0; j < TS; ++j) s32[j] = _mm256_setzero_si256();
+      for (int c = 0; c < 8; ++c) {
+        const __m256i w = _mm256_xor_si256(F::vec(blk, h, c), bias);
+        const __m256i aw = _mm256_abs_epi8(w);
         for (int j = 0; j < TS; ++j) {
-          const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
-          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[j]), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))),
-                                   acc[j]);
+          const int8_t* xq = (reinterpret_cast<const BlockQ8_0*>(xr[j]) + b)->qs + F::act_offset(c);
+          const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(xq), w));
+          s32[j] = _mm256_add_epi32(s32[j], _mm256_madd_epi16(p16, ones));
         }
-        continue;
       }
-      __m256i q[8];
-      F::quants(blk, h, q);
-      __m256 mw;
-      if constexpr (F::kHasMins)
-        mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + F::kMinsAt + 16 * h)));
       for (int j = 0; j < TS; ++j) {
-        const auto* xb = reinterpret_cast<const typename F::XB*>(xr[j]) + b;
-        const __m256i s32 =
-            dot_lanes<8, F::kWiden>(_mm256_set1_epi32(i16_start<F, typename F::XB>(xr[j], nb, b)), q, xb->qs,
-                                    [](int c) { return F::act_offset(c); });
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))), acc[j]);
-        // Q4_1 and Q5_1: + m x s, ggml's term for the minimum.
-        if constexpr (F::kHasMins) acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(_cvtsh_ss(xb->s)), acc[j]);
+        const auto* xb = reinterpret_cast<const BlockQ8_0*>(xr[j]) + b;
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[j]), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))),
+                                 acc[j]);
       }
+      return;
+    }
+    __m256i q[8];
+    F::quants(blk, h, q);
+    __m256 mw;
+    if constexpr (F::kHasMins)
+      mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + F::kMinsAt + 16 * h)));
+    for (int j = 0; j < TS; ++j) {
+      const auto* xb = reinterpret_cast<const typename F::XB*>(xr[j]) + b;
+      const __m256i s32 =
+          dot_lanes<8, F::kWiden>(_mm256_set1_epi32(i16_start<F, typename F::XB>(xr[j], nb, b)), q, xb->qs,
+                                  [](int c) { return F::act_offset(c); });
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(xb->d))), acc[j]);
+      // Q4_1 and Q5_1: + m x s, ggml's term for the minimum.
+      if constexpr (F::kHasMins) acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(_cvtsh_ss(xb->s)), acc[j]);
     }
   }
 };
@@ -321,22 +345,49 @@ struct KQuant {
       for (int t = 0; t < TS; ++t) F::token(xr[t][b], ts[t]);
       const uint8_t* sb = gp + static_cast<size_t>(b) * F::kBytes;
       for (int j = 0; j < F::kSubs; ++j) {
-        if (h == 0) {  // the same part of the next super-block
-          const char* ahead = reinterpret_cast<const char*>(sb + F::kBytes + j * (F::kBytes / F::kSubs));
-          for (size_t off = 0; off < F::kBytes / F::kSubs + 63; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
-        }
-        __m256i q[F::kVecs];
-        __m256 sc, mn;
-        F::scales(sb, h, j, sc, mn);
-        F::quants(sb, h, j, q);
-        for (int t = 0; t < TS; ++t) {
-          const __m256i init = F::kMins ? _mm256_setzero_si256() : _mm256_set1_epi32(ts[t].init[j]);
-          const __m256i s32 =
-              dot_lanes<F::kVecs, F::kWiden>(init, q, xr[t][b].qs, [j](int c) { return F::act_offset(j, c); });
-          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(sc, _mm256_set1_ps(ts[t].d)), acc[t]);
-          if constexpr (F::kMins) acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(ts[t].dbsum[j]), mn, acc[t]);
-        }
+        if (h == 0) prefetch(sb, j);
+        sub<TS>(sb, h, j, xr, b, ts, acc);
       }
+    }
+  }
+
+  // One token against both halves in one pass (Legacy::whole_pass).
+  static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb,
+                                                               const uint8_t* const* xrow, __m256 (&lo)[1],
+                                                               __m256 (&hi)[1]) {
+    const BlockQ8_K* xr[1] = {reinterpret_cast<const BlockQ8_K*>(xrow[0])};
+    for (int64_t b = 0; b < nb; ++b) {
+      TokSide ts[1];
+      F::token(xr[0][b], ts[0]);
+      const uint8_t* sb = gp + static_cast<size_t>(b) * F::kBytes;
+      for (int j = 0; j < F::kSubs; ++j) {
+        prefetch(sb, j);
+        sub<1>(sb, 0, j, xr, b, ts, lo);
+        sub<1>(sb, 1, j, xr, b, ts, hi);
+      }
+    }
+  }
+
+  // The same part of the next super-block as sub-block j.
+  static inline __attribute__((always_inline)) void prefetch(const uint8_t* sb, int j) {
+    const char* ahead = reinterpret_cast<const char*>(sb + F::kBytes + j * (F::kBytes / F::kSubs));
+    for (size_t off = 0; off < F::kBytes / F::kSubs + 63; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+  }
+
+  // Sub-block j of super-block b (at sb), half h, tokens xr[0..TS).
+  template <int TS>
+  static inline __attribute__((always_inline)) void sub(const uint8_t* sb, int h, int j, const BlockQ8_K* const* xr,
+                                                        int64_t b, const TokSide (&ts)[TS], __m256 (&acc)[TS]) {
+    __m256i q[F::kVecs];
+    __m256 sc, mn;
+    F::scales(sb, h, j, sc, mn);
+    F::quants(sb, h, j, q);
+    for (int t = 0; t < TS; ++t) {
+      const __m256i init = F::kMins ? _mm256_setzero_si256() : _mm256_set1_epi32(ts[t].init[j]);
+      const __m256i s32 =
+          dot_lanes<F::kVecs, F::kWiden>(init, q, xr[t][b].qs, [j](int c) { return F::act_offset(j, c); });
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(sc, _mm256_set1_ps(ts[t].d)), acc[t]);
+      if constexpr (F::kMins) acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(ts[t].dbsum[j]), mn, acc[t]);
     }
   }
 };
@@ -347,6 +398,16 @@ struct KQuant {
 // bytes of one group, y the first row's output column for token 0 of the tile.
 template <class K, int G, int T>
 void tile(const GemmArgs& a, const uint8_t* gp, size_t gb, int64_t nb, int64_t t0, float* y) {
+  if constexpr (T == 1) {
+    const uint8_t* xr[1] = {static_cast<const uint8_t*>(a.x) + t0 * a.x_stride};
+    for (int g = 0; g < G; ++g) {
+      __m256 lo[1] = {_mm256_setzero_ps()}, hi[1] = {_mm256_setzero_ps()};
+      K::whole_pass(gp + g * gb, nb, xr, lo, hi);
+      _mm256_storeu_ps(y + g * 16 + t0 * a.ldy, lo[0]);
+      _mm256_storeu_ps(y + g * 16 + 8 + t0 * a.ldy, hi[0]);
+    }
+    return;
+  }
   for (int g = 0; g < G; ++g) {
     for (int h = 0; h < 2; ++h) {
       for (int j0 = 0; j0 < T; j0 += kSubTokens) {
