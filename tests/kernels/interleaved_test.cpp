@@ -157,7 +157,7 @@ TEST(Interleaved, LargestQuantsAndActivationsDoNotOverflow) {
       if (!scale_byte[i % bs]) w[i] = fill;
     const auto packed = pack(t, w, rows, cols);
     for (float sign : {1.0f, -1.0f}) {
-      const int64_t n_tok = 5;
+     for (int64_t n_tok : {1, 5}) {  // the decode pass and a prompt tile
       Acts x;
       x.stride = act_row_bytes(t, cols);
       x.bytes.resize(x.stride * n_tok);
@@ -169,8 +169,10 @@ TEST(Interleaved, LargestQuantsAndActivationsDoNotOverflow) {
         const auto got = run(isa, t, Layout::Interleave16, packed, x, rows, cols, n_tok, 0, rows);
         for (size_t i = 0; i < want.size(); ++i)
           ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i])))
-              << dtype_name(t) << " " << isa_name(isa) << " fill " << int{fill} << " sign " << sign << " at " << i;
+              << dtype_name(t) << " " << isa_name(isa) << " fill " << int{fill} << " sign " << sign << " n_tok "
+              << n_tok << " at " << i;
       }
+     }
     }
    }
   }
