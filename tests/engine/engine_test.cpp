@@ -119,8 +119,8 @@ std::vector<double> first_entry_deviation(const std::string& file, const nlohman
 // because the sums ran in another order moves the logprobs by up to 0.08.
 // Which files those are depends on the kernels' summation order (AVX-512,
 // AVX2 and scalar each flip different ones: 6 or 7 of the 12 files agree
-// to 1e-5 with AVX-512, 4 with the AVX2 kernels, seen on an AMD EPYC
-// without AVX-512). So: 0.05 on the float files, 0.1 on every file, and at
+// to 1e-5 with AVX-512; with the AVX2 kernels, seen on an AMD EPYC without
+// AVX-512, 4 are within 1e-3). So: 0.05 on the float files, 0.1 on every file, and at
 // least 4 files with all five within 1e-3 (without the f16 rounding of the
 // running output, none of them is).
 TEST(EngineShared, EveryTensorTypeFirstTokenAndTop5) {
