@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for
 # FUZZ_SECONDS (default 60), seeded with small valid inputs. A crash fails
-# the script and leaves the reproducer in build-fuzz/fuzz/.
+# the script and leaves the reproducer in build-fuzz/fuzz/. FUZZ_BUILD names
+# another tree: CI reuses its clang ASan test tree (configured with
+# -DEDGELM_SANITIZE=ON -DEDGELM_FUZZ=ON), whose libraries are then not
+# compiled a second time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh clang libclang-rt-14-dev
 SECS="${FUZZ_SECONDS:-60}"
-BUILD=build-fuzz
+BUILD="${FUZZ_BUILD:-build-fuzz}"
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGELM_FUZZ=ON -DCMAKE_UNITY_BUILD=ON \
   -DEDGELM_BUILD_TESTS=ON -DEDGELM_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_request fuzz_template fuzz_schema

@@ -10,6 +10,17 @@
 #include <string>
 #include <thread>
 
+// EDGELM_SANITIZED: built under AddressSanitizer or ThreadSanitizer. GCC
+// defines __SANITIZE_ADDRESS__ / __SANITIZE_THREAD__; clang 14 answers
+// __has_feature instead.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define EDGELM_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define EDGELM_SANITIZED 1
+#endif
+#endif
+
 namespace edgelm::test {
 
 // ../shared/models beside the project root (override: EDGELM_SHARED_MODELS),

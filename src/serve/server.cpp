@@ -368,7 +368,7 @@ void Server::Impl::routes() {
     else e.code = "http_error", e.message = fmt::format("HTTP error {}", res.status);
     res.set_content(error_json(e), "application/json");
   });
-  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       if (ep) std::rethrow_exception(ep);

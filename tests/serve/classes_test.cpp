@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server_fixture.h"
+#include "testutil.h"
 
 namespace edgelm {
 namespace {
@@ -172,7 +173,7 @@ TEST(Classes, PreemptionEndsTheYoungestLessUrgentStream) {
 // first one to free when that comes soon enough to keep its first-token
 // promise, and is refused at once when it would not.
 TEST(Classes, AnUrgentRequestWaitsForASlotThatFreesInTime) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef EDGELM_SANITIZED
   GTEST_SKIP() << "timing: a sanitizer slows the engine's own work beside the padded steps; the plain build runs it";
 #endif
   LiveServer::Options o = two_classes(2, 1);

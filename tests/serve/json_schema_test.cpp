@@ -311,7 +311,7 @@ TEST(JsonSchema, NoiseModelAnswersValidateWithABigVocabulary) {
     o.output = path;
     ASSERT_TRUE(write_synthetic_model(o).ok());
   }
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef EDGELM_SANITIZED
   generate_under_schemas(path, 1);  // a sanitizer makes each answer ten times slower
 #else
   generate_under_schemas(path, 2);

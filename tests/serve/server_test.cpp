@@ -8,6 +8,7 @@
 
 #include "core/sysmem.h"
 #include "server_fixture.h"
+#include "testutil.h"
 
 namespace edgelm {
 namespace {
@@ -518,7 +519,7 @@ TEST(Serve, StopStringsEndTheAnswer) {
 
 // Resident memory does not grow with the number of requests served.
 TEST(Serve, ResidentMemoryFlatOverAThousandRequests) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef EDGELM_SANITIZED
   GTEST_SKIP() << "a sanitizer's allocator keeps freed memory (ASan's quarantine, TSan's shadow): "
                   "RSS is measured in the plain build";
 #endif

@@ -7,6 +7,7 @@
 
 #include "serve/admission.h"
 #include "server_fixture.h"
+#include "testutil.h"
 
 namespace edgelm {
 namespace {
@@ -184,7 +185,7 @@ LiveServer::Options padded_gate(int step_ms, int token_ms) {
 // once added for that step, kept as this test's tolerance), and the rest
 // are refused with "ttft".
 TEST(Ttft, PredictionHoldsAndAdmittedRequestsKeepThePromise) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef EDGELM_SANITIZED
   GTEST_SKIP() << "timing: a sanitizer slows the engine's own work beside the padded steps; the plain build runs it";
 #endif
   LiveServer s(padded_gate(20, 2));
@@ -234,7 +235,7 @@ TEST(Ttft, PredictionHoldsAndAdmittedRequestsKeepThePromise) {
 // prediction follows all three within 25%, and every admitted request
 // keeps its promise.
 TEST(Ttft, ABurstIsPredictedStepByStep) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef EDGELM_SANITIZED
   GTEST_SKIP() << "timing: a sanitizer slows the engine's own work beside the padded steps; the plain build runs it";
 #endif
   // The per-token cost of a 1.5B model here against its fixed step cost.
@@ -268,7 +269,7 @@ TEST(Ttft, ABurstIsPredictedStepByStep) {
 // just before under the same load, and the margin returns to its floor
 // once kWindow well-predicted requests have followed.
 TEST(Ttft, TheGatePlansWithTheSpreadItMeasured) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef EDGELM_SANITIZED
   GTEST_SKIP() << "timing: a sanitizer slows the engine's own work beside the padded steps; the plain build runs it";
 #endif
   LiveServer::Options o = padded_gate(20, 2);
