@@ -254,7 +254,11 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
   int active = 0;
   for (int i = 0; i < engine_.n_slots(); ++i) active += state(i) != Engine::SlotState::Free && counts(i);
   Decision d;
-  d.predicted_rate = predicted_stream_rate(st.step_model, active + 1);
+  // A request that finds every slot held waits for one and then runs as one
+  // of n_slots streams, never n_slots + 1: predicting more would shed a
+  // queued request at every hand-off whose step grows faster per token than
+  // its fixed part (the fleet test's queue under ASan).
+  d.predicted_rate = predicted_stream_rate(st.step_model, std::min(active + 1, engine_.n_slots()));
   d.rate_floor = stream_rate_floor(o_, st.step_model);
   // With nothing running, one stream is the best this hardware can do:
   // admit it even below the floor, or the server would refuse forever and

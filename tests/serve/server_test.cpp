@@ -279,6 +279,46 @@ TEST(Serve, MaxSlowdownRefusesAStreamThatWouldHalveTheOthersSpeed) {
   expect_two_streams_then_throughput_429(s);
 }
 
+// Two slots, a queue of two, steps of 10 ms + 30 ms per token and
+// --max-slowdown 2: two streams (70 ms steps) keep half of a lone stream's
+// speed (40 ms steps), a third (100 ms) would not. With both slots held, a
+// request waits for one and then runs as one of two streams: it must queue,
+// not be refused as the third stream it can never be, and the second
+// waiter must keep its place when the first is handed a slot.
+TEST(Serve, AQueuedRequestIsNotShedAsAStreamBeyondTheSlots) {
+  LiveServer::Options o;
+  o.slots = 2;
+  o.step_ms = 10;
+  o.token_ms = 30;
+  o.server.admission.min_stream_rate = 0;
+  o.server.admission.max_slowdown = 2;
+  o.server.admission.queue = 2;
+  o.server.admission.queue_timeout_s = 30;
+  LiveServer s(o);
+  auto post = [&](const char* prompt, int n) {
+    return std::async(std::launch::async, [&s, prompt, n] {
+      return s.client().Post("/v1/completions",
+                             std::string(R"({"prompt":")") + prompt + R"(","ignore_eos":true,"max_tokens":)" +
+                                 std::to_string(n) + "}",
+                             "application/json");
+    });
+  };
+  auto a = post("a", 20);
+  auto b = post("b", 20);
+  ASSERT_TRUE(wait_until([&] { return s.engine->active_slots() == 2; }, 5));
+  // A few steps of two streams, measured by the step-time model.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto c = post("c", 5);
+  ASSERT_TRUE(wait_until([&] { return s.server->admission().queued() >= 1; }, 5));
+  auto d = post("d", 5);
+  for (auto* f : {&a, &b, &c, &d}) {
+    auto r = f->get();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_EQ(s.server->metrics().rejections[static_cast<size_t>(serve::Reason::Throughput)].load(), 0u);
+}
+
 TEST(Serve, DisconnectMidStreamFreesTheSlot) {
   LiveServer::Options o;
   o.slots = 1;
