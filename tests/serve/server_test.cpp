@@ -295,13 +295,10 @@ TEST(Serve, AQueuedRequestIsNotShedAsAStreamBeyondTheSlots) {
   o.server.admission.queue = 2;
   o.server.admission.queue_timeout_s = 30;
   LiveServer s(o);
-  auto post = [&](const char* prompt, int n) {
-    return std::async(std::launch::async, [&s, prompt, n] {
-      return s.client().Post("/v1/completions",
-                             std::string(R"({"prompt":")") + prompt + R"(","ignore_eos":true,"max_tokens":)" +
-                                 std::to_string(n) + "}",
-                             "application/json");
-    });
+  auto post = [&](const char* prompt, int max_tokens) {
+    const std::string body = json({{"prompt", prompt}, {"max_tokens", max_tokens}, {"ignore_eos", true}}).dump();
+    return std::async(std::launch::async,
+                      [&s, body] { return s.client().Post("/v1/completions", body, "application/json"); });
   };
   auto a = post("a", 20);
   auto b = post("b", 20);
