@@ -79,6 +79,18 @@ struct F32x8 {
   static V sub_add(V a, V b) { return _mm256_addsub_ps(a, b); }
   static V round(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static float sum(V v) { return hsum(v); }
+  // out[0..4) = sum(a), sum(b), sum(c), sum(d), each added in hsum's order
+  // ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)), so the same bits,
+  // in 15 instructions instead of 4 x 6.
+  static void sum4(V a, V b, V c, V d, float* out) {
+    auto halves = [](V v) { return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); };
+    const __m128 a1 = halves(a), b1 = halves(b), c1 = halves(c), d1 = halves(d);
+    // [s0 + s2, s1 + s3] of the first vector, then of the second.
+    auto pairs = [](__m128 x, __m128 y) {
+      return _mm_add_ps(_mm_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+    };
+    _mm_storeu_ps(out, _mm_hadd_ps(pairs(a1, b1), pairs(c1, d1)));
+  }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static float max_lane(V v) { return hmax(v); }
   // p * 2^n for integral n in [-126, 127], built in the exponent bits.
