@@ -106,9 +106,12 @@ reserved_sum() {  # /metrics' edgelm_memory_reserved_bytes, summed over kinds
 }
 
 # ---- 1. no API key ---------------------------------------------------------
-# Every engine step takes >= 50 ms, so a stream of 240 tokens runs for
-# >= 12 s: long enough to be seen running by the browser.
-start_server "$WORK/server.log" --debug-step-ms 50
+# Every engine step takes >= 100 ms. A stream asks for 240 tokens, but the
+# 256-token slot leaves room for 189 after its 67-token prompt, so it runs
+# for >= 18.9 s: long enough to be seen running by the browser, which can
+# start 7 s after the streams under ASan (at 50 ms a step, 9.5 s were once
+# too short: the page showed both slots free).
+start_server "$WORK/server.log" --debug-step-ms 100
 URL="http://127.0.0.1:$PORT"
 say "server on $URL"
 curl -sf "$URL/health" >/dev/null || fail "/health is not 200"
