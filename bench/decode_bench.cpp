@@ -131,3 +131,53 @@ void gemv_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(bm_gemv_i16)->Apply(gemv_args)->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace edgelm
+
+// Prompt-shaped gemm through the interleaved layout: n_tok activation rows
+// against one matrix (rows x n) of each MLP shape of Qwen2-1.5B, warm (the
+// prompt tiles read a group's weights once per chunk of tokens and the
+// activations from L2). One thread: CPU time; FLOP/s = 2 n rows n_tok.
+//
+//   build/edgelm_kernel_bench --benchmark_filter=gemm_i16_prompt --benchmark_repetitions=5
+namespace edgelm {
+namespace {
+void bm_gemm_i16_prompt(benchmark::State& st) {
+  const int n_tok = static_cast<int>(st.range(0));
+  const DType t = static_cast<DType>(st.range(1));
+  const kernels::Isa isa = static_cast<kernels::Isa>(st.range(2));
+  const int64_t n = st.range(3), rows = n == 1536 ? 8960 : 1536;
+  const size_t rb = row_bytes(t, n);
+  std::vector<uint8_t> src(rb * rows);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> f(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : f) v = u(rng);
+    kernels::quantize_row(t, f.data(), src.data() + r * rb, n);
+  }
+  std::vector<uint8_t> packed(kernels::packed_bytes(t, kernels::Layout::Interleave16, rows, n));
+  kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), packed.data(), n, 0, rows);
+  const size_t xs = kernels::act_row_bytes(t, n);
+  std::vector<uint8_t> x(xs * static_cast<size_t>(n_tok));
+  for (int j = 0; j < n_tok; ++j) {
+    for (float& v : f) v = u(rng);
+    kernels::quantize_activation(isa, t, f.data(), x.data() + j * xs, n);
+  }
+  std::vector<float> y(static_cast<size_t>(rows * n_tok));
+  const kernels::GemmArgs a{t, packed.data(), rb, n, x.data(), xs, n_tok, y.data(), rows,
+                            kernels::Layout::Interleave16};
+  for (auto _ : st) {
+    kernels::gemm(isa, a, 0, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * rows * n_tok),
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+void gemm_prompt_args(benchmark::internal::Benchmark* b) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (kernels::Isa isa : kernels::supported_isas())
+      if (kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
+        for (int64_t n : {1536, 8960}) b->Args({64, static_cast<int>(t), static_cast<int>(isa), n});
+}
+BENCHMARK(bm_gemm_i16_prompt)->Apply(gemm_prompt_args)->Unit(benchmark::kMillisecond);
+}  // namespace
+}  // namespace edgelm

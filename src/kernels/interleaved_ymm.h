@@ -36,6 +36,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/backend.h"
 #include "kernels/blocks.h"
@@ -45,6 +46,7 @@ namespace edgelm::kernels {
 namespace {
 
 constexpr int kSubTokens = 4;  // tokens per pass over a half's decoded quants
+constexpr int kPairTokens = 4;  // tokens per pair_pass (both halves)
 
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -73,8 +75,10 @@ inline __attribute__((always_inline)) __m256i dot_lanes(__m256i init, const __m2
   __m256i s32 = init;
   for (int c0 = 0; c0 < N; c0 += kWiden) {
     __m256i s16 = _mm256_maddubs_epi16(q[c0], bcast4(xq + off(c0)));
-    for (int c = c0 + 1; c < c0 + kWiden; ++c)
+    for (int c = c0 + 1; c < c0 + kWiden; ++c) {
       s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[c], bcast4(xq + off(c))));
+      __asm__("" : "+x"(s16));
+    }
     s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
   }
   return s32;
@@ -107,6 +111,14 @@ struct NibblesY : L {
   }
   static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
     nibbles(blk, h, q);
+  }
+  // Chunk c of half h alone: q[c] (lo) and q[c + 4] (hi) of quants().
+  static inline __attribute__((always_inline)) void chunk(const uint8_t* blk, int h, int c, __m256i& lo,
+                                                          __m256i& hi) {
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + L::kQuants + 64 * c + 32 * h));
+    lo = _mm256_and_si256(v, m);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
   }
 };
 
@@ -182,6 +194,68 @@ struct Legacy {
       const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
       if (h == 0) prefetch(blk);
       block<TS>(blk, h, b, nb, xr, acc);
+    }
+  }
+
+#if !defined(__AVXVNNI__)
+  // Whether tiles of several tokens take both halves at once (pair_pass):
+  // the nibble formats whose eight products fit 16 bits, on AVX2.
+  static constexpr bool kPairs = F::kWiden == 8 && !F::kSignFix && requires { &F::chunk; };
+#else
+  static constexpr bool kPairs = false;
+#endif
+
+  // Tokens xr[0..TS) against both halves of one group, block by block,
+  // chunk by chunk: a 32-byte chunk of each half gives four quant vectors
+  // (low and high nibbles), and each token's two activation broadcasts
+  // serve both halves. Half the broadcasts of two half_passes, and four
+  // quant registers live instead of eight; the block's eight products per
+  // half are summed in 16 bits (kWiden 8) and widened once.
+  template <int TS>
+  static inline __attribute__((always_inline)) void pair_pass(const uint8_t* gp, int64_t nb,
+                                                              const uint8_t* const* xr, __m256 (&lo)[TS],
+                                                              __m256 (&hi)[TS]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
+      prefetch(blk);
+      const typename F::XB* xb[TS];
+      for (int t = 0; t < TS; ++t) xb[t] = reinterpret_cast<const typename F::XB*>(xr[t]) + b;
+      __m256i s16[TS][2];
+      for (int c = 0; c < 4; ++c) {
+        __m256i l0, h0, l1, h1;
+        F::chunk(blk, 0, c, l0, h0);
+        F::chunk(blk, 1, c, l1, h1);
+        for (int t = 0; t < TS; ++t) {
+          const __m256i bl = bcast4(xb[t]->qs + F::act_offset(c)), bh = bcast4(xb[t]->qs + F::act_offset(c + 4));
+          const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, bl), _mm256_maddubs_epi16(h0, bh));
+          const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, bl), _mm256_maddubs_epi16(h1, bh));
+          s16[t][0] = c == 0 ? p0 : _mm256_add_epi16(s16[t][0], p0);
+          s16[t][1] = c == 0 ? p1 : _mm256_add_epi16(s16[t][1], p1);
+          // Each sum is due in a register here: without this, GCC's
+          // reassociation computes all of a block's products before adding
+          // any, and spills them (kernel bench gemm_i16_prompt, Q4_0: 44 ->
+          // 36 ms on a Zen 1 core).
+          __asm__("" : "+x"(s16[t][0]), "+x"(s16[t][1]));
+        }
+      }
+      const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+      const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
+      for (int t = 0; t < TS; ++t) {
+        const __m256i init = _mm256_set1_epi32(i16_start<F, typename F::XB>(xr[t], nb, b));
+        const __m256 dx = _mm256_set1_ps(_cvtsh_ss(xb[t]->d));
+        const __m256i a0 = _mm256_add_epi32(init, _mm256_madd_epi16(s16[t][0], ones));
+        const __m256i a1 = _mm256_add_epi32(init, _mm256_madd_epi16(s16[t][1], ones));
+        lo[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(dw0, dx), lo[t]);
+        hi[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(dw1, dx), hi[t]);
+        if constexpr (F::kHasMins) {
+          const __m256 s = _mm256_set1_ps(_cvtsh_ss(xb[t]->s));
+          lo[t] = _mm256_fmadd_ps(
+              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + F::kMinsAt))), s, lo[t]);
+          hi[t] = _mm256_fmadd_ps(
+              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + F::kMinsAt + 16))), s, hi[t]);
+        }
+      }
     }
   }
 
@@ -407,6 +481,31 @@ void tile(const GemmArgs& a, const uint8_t* gp, size_t gb, int64_t nb, int64_t t
       _mm256_storeu_ps(y + g * 16 + 8 + t0 * a.ldy, hi[0]);
     }
     return;
+  }
+  if constexpr (requires { K::kPairs; }) {
+    if constexpr (K::kPairs) {
+      for (int g = 0; g < G; ++g) {
+        for (int j0 = 0; j0 < T; j0 += kPairTokens) {
+          const uint8_t* xr[kPairTokens];
+          for (int j = 0; j < kPairTokens && j0 + j < T; ++j)
+            xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
+          auto run = [&]<int TS>() {
+            __m256 lo[TS], hi[TS];
+            for (int t = 0; t < TS; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
+            K::template pair_pass<TS>(gp + g * gb, nb, xr, lo, hi);
+            for (int t = 0; t < TS; ++t) {
+              _mm256_storeu_ps(y + g * 16 + (t0 + j0 + t) * a.ldy, lo[t]);
+              _mm256_storeu_ps(y + g * 16 + 8 + (t0 + j0 + t) * a.ldy, hi[t]);
+            }
+          };
+          const int rem = T - j0 < kPairTokens ? T - j0 : kPairTokens;
+          [&]<int... I>(std::integer_sequence<int, I...>) {
+            ((rem == I + 1 ? run.template operator()<I + 1>() : void()), ...);
+          }(std::make_integer_sequence<int, kPairTokens>{});
+        }
+      }
+      return;
+    }
   }
   for (int g = 0; g < G; ++g) {
     for (int h = 0; h < 2; ++h) {
