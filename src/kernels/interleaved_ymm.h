@@ -10,6 +10,9 @@
 // to every lane. One token (decode) instead takes both halves block by block
 // in one pass (whole_pass): each weight line is read once, not a second time
 // from L2 for the second half, and each activation broadcast serves both.
+// Tiles of Q4_0 and Q4_1 on AVX2 take both halves too (pair_pass), chunk by
+// chunk: four quant vectors live at a time, up to four tokens, and each
+// broadcast serves both halves.
 //
 //   AVX2: vpmaddubsw (u8 x s8 -> pairs summed in 16 bits), and the 16-bit
 //     vectors added while they cannot overflow (a pair is at most 2 x 127 x
