@@ -10,9 +10,9 @@
 // to every lane. One token (decode) instead takes both halves block by block
 // in one pass (whole_pass): each weight line is read once, not a second time
 // from L2 for the second half, and each activation broadcast serves both.
-// Tiles of Q4_0 and Q4_1 on AVX2 take both halves too (pair_pass), chunk by
-// chunk: four quant vectors live at a time, up to four tokens, and each
-// broadcast serves both halves.
+// Tiles of Q4_0, Q4_1 and Q4_K on AVX2 take both halves too (pair_pass),
+// chunk by chunk: four quant vectors live at a time, up to four tokens, and
+// each broadcast serves both halves.
 //
 //   AVX2: vpmaddubsw (u8 x s8 -> pairs summed in 16 bits), and the 16-bit
 //     vectors added while they cannot overflow (a pair is at most 2 x 127 x
@@ -378,6 +378,19 @@ struct Q45KY : Q45KLayout<kFifthBit> {
   }
 };
 
+// Q4_K's chunk c of sub-block j, half h alone: q[c] (lo) and q[c + 4] (hi)
+// of quants().
+struct Q4KY : Q45KY<false> {
+  static inline __attribute__((always_inline)) void chunk(const uint8_t* sb, int h, int j, int c, __m256i& lo,
+                                                          __m256i& hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + kQuants + kSubBytes * j + 32 * h + 64 * c));
+    lo = _mm256_and_si256(v, m4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  }
+};
+
 // Q6_K: 16 sub-blocks of 16, quants 0..63 with offset 32, int8 scales.
 struct Q6KY : Q6KLayout {
   static constexpr int kWiden = 2;
@@ -424,6 +437,59 @@ struct KQuant {
       for (int j = 0; j < F::kSubs; ++j) {
         if (h == 0) prefetch(sb, j);
         sub<TS>(sb, h, j, xr, b, ts, acc);
+      }
+    }
+  }
+
+#if !defined(__AVXVNNI__)
+  // Whether tiles of several tokens take both halves at once: Q4_K on AVX2
+  // (Legacy::pair_pass).
+  static constexpr bool kPairs = requires { &F::chunk; };
+#else
+  static constexpr bool kPairs = false;
+#endif
+
+  // Legacy::pair_pass for a format of 8 sub-blocks of 32 with minimums:
+  // per sub-block, chunk by chunk, both halves against each token's two
+  // broadcasts; the eight products per half summed in 16 bits.
+  template <int TS>
+  static inline __attribute__((always_inline)) void pair_pass(const uint8_t* gp, int64_t nb,
+                                                              const uint8_t* const* xrow, __m256 (&lo)[TS],
+                                                              __m256 (&hi)[TS]) {
+    static_assert(F::kMins && F::kWiden == 8 && F::kVecs == 8);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const BlockQ8_K* xr[TS];
+    for (int t = 0; t < TS; ++t) xr[t] = reinterpret_cast<const BlockQ8_K*>(xrow[t]);
+    for (int64_t b = 0; b < nb; ++b) {
+      TokSide ts[TS];
+      for (int t = 0; t < TS; ++t) F::token(xr[t][b], ts[t]);
+      const uint8_t* sb = gp + static_cast<size_t>(b) * F::kBytes;
+      for (int j = 0; j < F::kSubs; ++j) {
+        prefetch(sb, j);
+        __m256i s16[TS][2];
+        for (int c = 0; c < 4; ++c) {
+          __m256i l0, h0, l1, h1;
+          F::chunk(sb, 0, j, c, l0, h0);
+          F::chunk(sb, 1, j, c, l1, h1);
+          for (int t = 0; t < TS; ++t) {
+            const int8_t* xq = xr[t][b].qs;
+            const __m256i bl = bcast4(xq + F::act_offset(j, c)), bh = bcast4(xq + F::act_offset(j, c + 4));
+            const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, bl), _mm256_maddubs_epi16(h0, bh));
+            const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, bl), _mm256_maddubs_epi16(h1, bh));
+            s16[t][0] = c == 0 ? p0 : _mm256_add_epi16(s16[t][0], p0);
+            s16[t][1] = c == 0 ? p1 : _mm256_add_epi16(s16[t][1], p1);
+            __asm__("" : "+x"(s16[t][0]), "+x"(s16[t][1]));  // as in Legacy::pair_pass
+          }
+        }
+        __m256 sc0, mn0, sc1, mn1;
+        F::scales(sb, 0, j, sc0, mn0);
+        F::scales(sb, 1, j, sc1, mn1);
+        for (int t = 0; t < TS; ++t) {
+          const __m256 d = _mm256_set1_ps(ts[t].d), dbsum = _mm256_set1_ps(ts[t].dbsum[j]);
+          const __m256i a0 = _mm256_madd_epi16(s16[t][0], ones), a1 = _mm256_madd_epi16(s16[t][1], ones);
+          lo[t] = _mm256_fnmadd_ps(dbsum, mn0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(sc0, d), lo[t]));
+          hi[t] = _mm256_fnmadd_ps(dbsum, mn1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(sc1, d), hi[t]));
+        }
       }
     }
   }
@@ -549,7 +615,7 @@ inline void register_ymm_common(GemmFn (&gemm_i16)[kNumDTypeSlots]) {
   gemm_i16[static_cast<int>(DType::Q5_0)] = gemm_ymm<Legacy<Q5_0Y>>;
   gemm_i16[static_cast<int>(DType::Q4_1)] = gemm_ymm<Legacy<Q4_1Y>>;
   gemm_i16[static_cast<int>(DType::Q5_1)] = gemm_ymm<Legacy<Q5_1Y>>;
-  gemm_i16[static_cast<int>(DType::Q4_K)] = gemm_ymm<KQuant<Q45KY<false>>>;
+  gemm_i16[static_cast<int>(DType::Q4_K)] = gemm_ymm<KQuant<Q4KY>>;
   gemm_i16[static_cast<int>(DType::Q5_K)] = gemm_ymm<KQuant<Q45KY<true>>>;
   gemm_i16[static_cast<int>(DType::Q6_K)] = gemm_ymm<KQuant<Q6KY>>;
 }
