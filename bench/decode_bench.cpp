@@ -86,6 +86,19 @@ BENCHMARK(bm_attend_decode)->Args({2048, 2, 1})->Args({2048, 2, 8})->UseRealTime
 // one after another as a step reads its layers. One thread: CPU time.
 namespace edgelm {
 namespace {
+// rows x n weights of type t, quantized from uniform values in [-1, 1).
+std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t rows, std::mt19937& rng) {
+  const size_t rb = row_bytes(t, n);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> f(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& x : f) x = u(rng);
+    kernels::quantize_row(t, f.data(), w.data() + r * rb, n);
+  }
+  return w;
+}
+
 void bm_gemv_i16(benchmark::State& st) {
   const int n_tok = static_cast<int>(st.range(0));
   const DType t = static_cast<DType>(st.range(1));
@@ -93,14 +106,10 @@ void bm_gemv_i16(benchmark::State& st) {
   const int mats = 8;
   const kernels::Isa isa = static_cast<kernels::Isa>(st.range(2));
   const size_t rb = row_bytes(t, n);
-  std::vector<uint8_t> src(rb * rows);
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> f(static_cast<size_t>(n));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& x : f) x = u(rng);
-    kernels::quantize_row(t, f.data(), src.data() + r * rb, n);
-  }
+  const std::vector<uint8_t> src = random_rows(t, n, rows, rng);
   const size_t pb = kernels::packed_bytes(t, kernels::Layout::Interleave16, rows, n);
   std::vector<uint8_t> packed(pb * mats);
   for (int m = 0; m < mats; ++m)
@@ -146,14 +155,10 @@ void bm_gemm_i16_prompt(benchmark::State& st) {
   const kernels::Isa isa = static_cast<kernels::Isa>(st.range(2));
   const int64_t n = st.range(3), rows = n == 1536 ? 8960 : 1536;
   const size_t rb = row_bytes(t, n);
-  std::vector<uint8_t> src(rb * rows);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> f(static_cast<size_t>(n));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& v : f) v = u(rng);
-    kernels::quantize_row(t, f.data(), src.data() + r * rb, n);
-  }
+  const std::vector<uint8_t> src = random_rows(t, n, rows, rng);
   std::vector<uint8_t> packed(kernels::packed_bytes(t, kernels::Layout::Interleave16, rows, n));
   kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), packed.data(), n, 0, rows);
   const size_t xs = kernels::act_row_bytes(t, n);

@@ -50,6 +50,11 @@ namespace {
 
 constexpr int kSubTokens = 4;  // tokens per pass over a half's decoded quants
 constexpr int kPairTokens = 4;  // tokens per pair_pass (both halves)
+#if defined(__AVXVNNI__)
+constexpr bool kPairPasses = false;  // AVX-VNNI keeps the half passes (vpdpbusd)
+#else
+constexpr bool kPairPasses = true;
+#endif
 
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -227,13 +232,9 @@ struct Legacy {
     }
   }
 
-#if !defined(__AVXVNNI__)
   // Whether tiles of several tokens take both halves at once (pair_pass):
   // the nibble formats whose eight products fit 16 bits, on AVX2.
-  static constexpr bool kPairs = F::kWiden == 8 && !F::kSignFix && requires { &F::chunk; };
-#else
-  static constexpr bool kPairs = false;
-#endif
+  static constexpr bool kPairs = kPairPasses && F::kWiden == 8 && !F::kSignFix && requires { &F::chunk; };
 
   // Tokens xr[0..TS) against both halves of one group, block by block,
   // chunk by chunk: a 32-byte chunk of each half gives four quant vectors
@@ -455,13 +456,9 @@ struct KQuant {
     }
   }
 
-#if !defined(__AVXVNNI__)
   // Whether tiles of several tokens take both halves at once: Q4_K on AVX2
   // (Legacy::pair_pass).
-  static constexpr bool kPairs = requires { &F::chunk; };
-#else
-  static constexpr bool kPairs = false;
-#endif
+  static constexpr bool kPairs = kPairPasses && requires { &F::chunk; };
 
   // Legacy::pair_pass for a format of 8 sub-blocks of 32 with minimums:
   // per sub-block, chunk by chunk, both halves against each token's two
