@@ -136,17 +136,6 @@ struct NibblesY : L {
   static constexpr bool kSignFix = false;
   static constexpr int kWiden = 8;  // pair sums up to 2 x 15 x 127: eight fit 16 bits
   static constexpr int act_offset(int c) { return Q4_0Layout::act_offset(c); }
-  static inline __attribute__((always_inline)) void nibbles(const uint8_t* blk, int h, __m256i (&q)[8]) {
-    const __m256i m = _mm256_set1_epi8(0x0F);
-    for (int c = 0; c < 4; ++c) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + L::kQuants + 64 * c + 32 * h));
-      q[c] = _mm256_and_si256(v, m);
-      q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-    }
-  }
-  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
-    nibbles(blk, h, q);
-  }
   // Chunk c of half h alone: q[c] (lo) and q[c + 4] (hi) of quants().
   static inline __attribute__((always_inline)) void chunk(const uint8_t* blk, int h, int c, __m256i& lo,
                                                           __m256i& hi) {
@@ -154,6 +143,12 @@ struct NibblesY : L {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + L::kQuants + 64 * c + 32 * h));
     lo = _mm256_and_si256(v, m);
     hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+  }
+  static inline __attribute__((always_inline)) void nibbles(const uint8_t* blk, int h, __m256i (&q)[8]) {
+    for (int c = 0; c < 4; ++c) chunk(blk, h, c, q[c], q[c + 4]);
+  }
+  static inline __attribute__((always_inline)) void quants(const uint8_t* blk, int h, __m256i (&q)[8]) {
+    nibbles(blk, h, q);
   }
 };
 
@@ -552,30 +547,28 @@ void tile(const GemmArgs& a, const uint8_t* gp, size_t gb, int64_t nb, int64_t t
     }
     return;
   }
-  if constexpr (requires { K::kPairs; }) {
-    if constexpr (K::kPairs) {
-      for (int g = 0; g < G; ++g) {
-        for (int j0 = 0; j0 < T; j0 += kPairTokens) {
-          const uint8_t* xr[kPairTokens];
-          for (int j = 0; j < kPairTokens && j0 + j < T; ++j)
-            xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
-          auto run = [&]<int TS>() {
-            __m256 lo[TS], hi[TS];
-            for (int t = 0; t < TS; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
-            K::template pair_pass<TS>(gp + g * gb, nb, xr, lo, hi);
-            for (int t = 0; t < TS; ++t) {
-              _mm256_storeu_ps(y + g * 16 + (t0 + j0 + t) * a.ldy, lo[t]);
-              _mm256_storeu_ps(y + g * 16 + 8 + (t0 + j0 + t) * a.ldy, hi[t]);
-            }
-          };
-          const int rem = T - j0 < kPairTokens ? T - j0 : kPairTokens;
-          [&]<int... I>(std::integer_sequence<int, I...>) {
-            ((rem == I + 1 ? run.template operator()<I + 1>() : void()), ...);
-          }(std::make_integer_sequence<int, kPairTokens>{});
-        }
+  if constexpr (K::kPairs) {
+    for (int g = 0; g < G; ++g) {
+      for (int j0 = 0; j0 < T; j0 += kPairTokens) {
+        const uint8_t* xr[kPairTokens];
+        for (int j = 0; j < kPairTokens && j0 + j < T; ++j)
+          xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
+        auto run = [&]<int TS>() {
+          __m256 lo[TS], hi[TS];
+          for (int t = 0; t < TS; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
+          K::template pair_pass<TS>(gp + g * gb, nb, xr, lo, hi);
+          for (int t = 0; t < TS; ++t) {
+            _mm256_storeu_ps(y + g * 16 + (t0 + j0 + t) * a.ldy, lo[t]);
+            _mm256_storeu_ps(y + g * 16 + 8 + (t0 + j0 + t) * a.ldy, hi[t]);
+          }
+        };
+        const int rem = T - j0 < kPairTokens ? T - j0 : kPairTokens;
+        [&]<int... I>(std::integer_sequence<int, I...>) {
+          ((rem == I + 1 ? run.template operator()<I + 1>() : void()), ...);
+        }(std::make_integer_sequence<int, kPairTokens>{});
       }
-      return;
     }
+    return;
   }
   for (int g = 0; g < G; ++g) {
     for (int h = 0; h < 2; ++h) {
