@@ -435,20 +435,34 @@ struct KQuant {
   static int64_t blocks(const GemmArgs& a) { return a.n / kQK_K; }
   static size_t group_bytes(const GemmArgs& a) { return static_cast<size_t>(blocks(a)) * F::kBytes; }
 
-  template <int TS>
-  static inline __attribute__((always_inline)) void half_pass(const uint8_t* gp, int h, int64_t nb,
-                                                              const uint8_t* const* xrow, __m256 (&acc)[TS]) {
+  // The loop nest of every pass: the group's super-blocks [0, nb) at gp,
+  // the TS tokens' sides of each (TokSide), then body(sb, j, xr, b, ts) for
+  // each sub-block j of super-block b (at sb).
+  template <int TS, class Body>
+  static inline __attribute__((always_inline)) void each_sub(const uint8_t* gp, int64_t nb,
+                                                             const uint8_t* const* xrow,
+                                                             Body&& body) {
     const BlockQ8_K* xr[TS];
     for (int t = 0; t < TS; ++t) xr[t] = reinterpret_cast<const BlockQ8_K*>(xrow[t]);
     for (int64_t b = 0; b < nb; ++b) {
       TokSide ts[TS];
       for (int t = 0; t < TS; ++t) F::token(xr[t][b], ts[t]);
       const uint8_t* sb = gp + static_cast<size_t>(b) * F::kBytes;
-      for (int j = 0; j < F::kSubs; ++j) {
-        if (h == 0) prefetch(sb, j);
-        sub<TS>(sb, h, j, xr, b, ts, acc);
-      }
+      for (int j = 0; j < F::kSubs; ++j) body(sb, j, xr, b, ts);
     }
+  }
+
+  template <int TS>
+  static inline __attribute__((always_inline)) void half_pass(const uint8_t* gp, int h, int64_t nb,
+                                                              const uint8_t* const* xrow,
+                                                              __m256 (&acc)[TS]) {
+    each_sub<TS>(
+        gp, nb, xrow,
+        [h, &acc](const uint8_t* sb, int j, const BlockQ8_K* const* xr, int64_t b,
+                  const TokSide (&ts)[TS]) __attribute__((always_inline)) {
+          if (h == 0) prefetch(sb, j);
+          sub<TS>(sb, h, j, xr, b, ts, acc);
+        });
   }
 
   // Whether tiles of several tokens take both halves at once: Q4_K on AVX2
@@ -460,51 +474,48 @@ struct KQuant {
   // broadcasts; the eight products per half summed in 16 bits.
   template <int TS>
   static inline __attribute__((always_inline)) void pair_pass(const uint8_t* gp, int64_t nb,
-                                                              const uint8_t* const* xrow, __m256 (&lo)[TS],
-                                                              __m256 (&hi)[TS]) {
+                                                              const uint8_t* const* xrow,
+                                                              __m256 (&lo)[TS], __m256 (&hi)[TS]) {
     static_assert(F::kMins && F::kWiden == 8 && F::kVecs == 8);
     const __m256i ones = _mm256_set1_epi16(1);
-    const BlockQ8_K* xr[TS];
-    for (int t = 0; t < TS; ++t) xr[t] = reinterpret_cast<const BlockQ8_K*>(xrow[t]);
-    for (int64_t b = 0; b < nb; ++b) {
-      TokSide ts[TS];
-      for (int t = 0; t < TS; ++t) F::token(xr[t][b], ts[t]);
-      const uint8_t* sb = gp + static_cast<size_t>(b) * F::kBytes;
-      for (int j = 0; j < F::kSubs; ++j) {
-        prefetch(sb, j);
-        const int8_t* xq[TS];
-        for (int t = 0; t < TS; ++t) xq[t] = xr[t][b].qs;
-        __m256i s16[TS][2];
-        pair_sums<TS>([sb, j](int h, int c, __m256i& ql, __m256i& qh) { F::chunk(sb, h, j, c, ql, qh); }, xq,
-                      [j](int c) { return F::act_offset(j, c); }, s16);
-        __m256 sc0, mn0, sc1, mn1;
-        F::scales(sb, 0, j, sc0, mn0);
-        F::scales(sb, 1, j, sc1, mn1);
-        for (int t = 0; t < TS; ++t) {
-          const __m256 d = _mm256_set1_ps(ts[t].d), dbsum = _mm256_set1_ps(ts[t].dbsum[j]);
-          const __m256i a0 = _mm256_madd_epi16(s16[t][0], ones), a1 = _mm256_madd_epi16(s16[t][1], ones);
-          lo[t] = _mm256_fnmadd_ps(dbsum, mn0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(sc0, d), lo[t]));
-          hi[t] = _mm256_fnmadd_ps(dbsum, mn1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(sc1, d), hi[t]));
-        }
-      }
-    }
+    each_sub<TS>(
+        gp, nb, xrow,
+        [ones, &lo, &hi](const uint8_t* sb, int j, const BlockQ8_K* const* xr, int64_t b,
+                         const TokSide (&ts)[TS]) __attribute__((always_inline)) {
+          prefetch(sb, j);
+          const int8_t* xq[TS];
+          for (int t = 0; t < TS; ++t) xq[t] = xr[t][b].qs;
+          __m256i s16[TS][2];
+          pair_sums<TS>(
+              [sb, j](int h, int c, __m256i& ql, __m256i& qh) { F::chunk(sb, h, j, c, ql, qh); },
+              xq, [j](int c) { return F::act_offset(j, c); }, s16);
+          __m256 sc0, mn0, sc1, mn1;
+          F::scales(sb, 0, j, sc0, mn0);
+          F::scales(sb, 1, j, sc1, mn1);
+          for (int t = 0; t < TS; ++t) {
+            const __m256 d = _mm256_set1_ps(ts[t].d), dbsum = _mm256_set1_ps(ts[t].dbsum[j]);
+            const __m256i a0 = _mm256_madd_epi16(s16[t][0], ones),
+                          a1 = _mm256_madd_epi16(s16[t][1], ones);
+            lo[t] = _mm256_fnmadd_ps(
+                dbsum, mn0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(sc0, d), lo[t]));
+            hi[t] = _mm256_fnmadd_ps(
+                dbsum, mn1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(sc1, d), hi[t]));
+          }
+        });
   }
 
   // One token against both halves in one pass (Legacy::whole_pass).
   static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb,
-                                                               const uint8_t* const* xrow, __m256 (&lo)[1],
-                                                               __m256 (&hi)[1]) {
-    const BlockQ8_K* xr[1] = {reinterpret_cast<const BlockQ8_K*>(xrow[0])};
-    for (int64_t b = 0; b < nb; ++b) {
-      TokSide ts[1];
-      F::token(xr[0][b], ts[0]);
-      const uint8_t* sb = gp + static_cast<size_t>(b) * F::kBytes;
-      for (int j = 0; j < F::kSubs; ++j) {
-        prefetch(sb, j);
-        sub<1>(sb, 0, j, xr, b, ts, lo);
-        sub<1>(sb, 1, j, xr, b, ts, hi);
-      }
-    }
+                                                               const uint8_t* const* xrow,
+                                                               __m256 (&lo)[1], __m256 (&hi)[1]) {
+    each_sub<1>(
+        gp, nb, xrow,
+        [&lo, &hi](const uint8_t* sb, int j, const BlockQ8_K* const* xr, int64_t b,
+                   const TokSide (&ts)[1]) __attribute__((always_inline)) {
+          prefetch(sb, j);
+          sub<1>(sb, 0, j, xr, b, ts, lo);
+          sub<1>(sb, 1, j, xr, b, ts, hi);
+        });
   }
 
   // The same part of the next super-block as sub-block j.
