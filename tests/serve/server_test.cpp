@@ -104,7 +104,7 @@ TEST(Serve, StreamsServerSentEvents) {
 TEST(Serve, EightConcurrentStreamsOnFourSlots) {
   LiveServer::Options o;
   o.slots = 4;
-  o.step_ms = 20;  // 40 tokens take ~0.8 s: all eight overlap
+  o.step_ms = 50;  // 40 tokens take ~2 s: all eight overlap, even on a loaded machine
   LiveServer s(o);
   std::vector<std::future<std::tuple<int, std::string, double>>> fs;
   for (int i = 0; i < 8; ++i) {
@@ -125,7 +125,7 @@ TEST(Serve, EightConcurrentStreamsOnFourSlots) {
       ++busy;
       EXPECT_FALSE(retry.empty());
       EXPECT_GE(std::stoi(retry), 1);
-      EXPECT_LT(sec, 0.5) << "a refusal must not wait for the work it refuses";
+      EXPECT_LT(sec, 1.0) << "a refusal must not wait for the work it refuses (2 s)";
     }
   }
   EXPECT_EQ(ok, 4);
