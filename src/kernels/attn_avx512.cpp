@@ -58,16 +58,18 @@ struct Tiles {
   }
 
   // NR accumulator rows, columns [c, c + 16 * NV) in registers (kFull: all
-  // within d; else masked past d).
+  // within d; else masked past d); row j of `ahead` requested beside value
+  // row j.
   template <int NR, int NV, class E, bool kFull>
-  static void accumulate_cols(const float* p, int64_t ldp, const E* v, int nk, int64_t d,
-                              float* o, int64_t c) {
+  static void accumulate_cols(const float* p, int64_t ldp, const E* v, int nk, int64_t d, float* o,
+                              int64_t c, const E* ahead, int n_ahead) {
     __mmask16 m[NV];
     EDGELM_UNROLL for (int u = 0; u < NV; ++u) m[u] = tail_mask(d - c - 16 * u);
     __m512 a[NR][NV];
     EDGELM_UNROLL for (int i = 0; i < NR; ++i)
       EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = load<kFull>(m[u], o + i * d + c + 16 * u);
     for (int j = 0; j < nk; ++j) {
+      request_row(ahead, n_ahead, j, d);
       __m512 vv[NV];
       EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = load<kFull>(m[u], v + j * d + c + 16 * u);
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
@@ -145,40 +147,57 @@ struct Tiles {
       for (int j = 0; j < n; ++j) s[i * lds + j] = t[i * NK + j];
   }
 
+  // Row j of `ahead` is requested before the block with key row j.
   template <int NR, int NK, class E>
-  static void score_rows(const float* q, const E* k, int nk, int64_t d, float* s, int64_t lds) {
-    for (int j = 0; j < nk; j += NK) score_block<NR, NK, E>(q, k + j * d, nk - j, d, s + j, lds);
+  static void score_rows(const float* q, const E* k, int nk, int64_t d, float* s, int64_t lds,
+                         const E* ahead, int n_ahead) {
+    for (int j = 0; j < nk; j += NK) {
+      EDGELM_UNROLL for (int u = 0; u < NK; ++u) request_row(ahead, n_ahead, j + u, d);
+      score_block<NR, NK, E>(q, k + j * d, nk - j, d, s + j, lds);
+    }
   }
 
   // Four query rows by four keys, then two by eight, then one by eight.
+  // The first pass over the keys requests `ahead`.
   template <class E>
-  static void scores(const float* q, int nq, const E* k, int nk, int64_t d, float* s, int64_t lds) {
+  static void scores(const float* q, int nq, const E* k, int nk, int64_t d, float* s, int64_t lds,
+                     const E* ahead, int n_ahead) {
     int i = 0;
-    for (; i + 4 <= nq; i += 4) score_rows<4, 4, E>(q + i * d, k, nk, d, s + i * lds, lds);
-    for (; i + 2 <= nq; i += 2) score_rows<2, 8, E>(q + i * d, k, nk, d, s + i * lds, lds);
-    if (i < nq) score_rows<1, 8, E>(q + i * d, k, nk, d, s + i * lds, lds);
+    for (; i + 4 <= nq; i += 4, ahead = nullptr)
+      score_rows<4, 4, E>(q + i * d, k, nk, d, s + i * lds, lds, ahead, n_ahead);
+    for (; i + 2 <= nq; i += 2, ahead = nullptr)
+      score_rows<2, 8, E>(q + i * d, k, nk, d, s + i * lds, lds, ahead, n_ahead);
+    if (i < nq) score_rows<1, 8, E>(q + i * d, k, nk, d, s + i * lds, lds, ahead, n_ahead);
   }
 
   // NR accumulator rows, 16 * NV columns at a time while they last, then
   // 16 (the last masked). NR * NV accumulators stay in registers over all
   // nk keys; each value vector is loaded once for the NR rows.
+  // The first pass over the keys requests `ahead`.
   template <int NR, int NV, class E>
-  static void accumulate_block(const float* p, int64_t ldp, const E* v, int nk, int64_t d, float* o) {
+  static void accumulate_block(const float* p, int64_t ldp, const E* v, int nk, int64_t d, float* o,
+                               const E* ahead, int n_ahead) {
     int64_t c = 0;
-    for (; c + 16 * NV <= d; c += 16 * NV) accumulate_cols<NR, NV, E, true>(p, ldp, v, nk, d, o, c);
-    for (; c + 16 <= d; c += 16) accumulate_cols<NR, 1, E, true>(p, ldp, v, nk, d, o, c);
-    if (c < d) accumulate_cols<NR, 1, E, false>(p, ldp, v, nk, d, o, c);
+    for (; c + 16 * NV <= d; c += 16 * NV, ahead = nullptr)
+      accumulate_cols<NR, NV, E, true>(p, ldp, v, nk, d, o, c, ahead, n_ahead);
+    for (; c + 16 <= d; c += 16, ahead = nullptr)
+      accumulate_cols<NR, 1, E, true>(p, ldp, v, nk, d, o, c, ahead, n_ahead);
+    if (c < d) accumulate_cols<NR, 1, E, false>(p, ldp, v, nk, d, o, c, ahead, n_ahead);
   }
 
   // Six rows by 64 columns (24 accumulators: a GQA group of six, Qwen2's),
-  // four by 64, two and one by 128.
+  // four by 64, two and one by 128. The first row group requests `ahead`.
   template <class E>
-  static void accumulate(const float* p, int64_t ldp, int nq, const E* v, int nk, int64_t d, float* o) {
+  static void accumulate(const float* p, int64_t ldp, int nq, const E* v, int nk, int64_t d,
+                         float* o, const E* ahead, int n_ahead) {
     int i = 0;
-    for (; i + 6 <= nq; i += 6) accumulate_block<6, 4, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
-    for (; i + 4 <= nq; i += 4) accumulate_block<4, 4, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
-    for (; i + 2 <= nq; i += 2) accumulate_block<2, 8, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
-    if (i < nq) accumulate_block<1, 8, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
+    for (; i + 6 <= nq; i += 6, ahead = nullptr)
+      accumulate_block<6, 4, E>(p + i * ldp, ldp, v, nk, d, o + i * d, ahead, n_ahead);
+    for (; i + 4 <= nq; i += 4, ahead = nullptr)
+      accumulate_block<4, 4, E>(p + i * ldp, ldp, v, nk, d, o + i * d, ahead, n_ahead);
+    for (; i + 2 <= nq; i += 2, ahead = nullptr)
+      accumulate_block<2, 8, E>(p + i * ldp, ldp, v, nk, d, o + i * d, ahead, n_ahead);
+    if (i < nq) accumulate_block<1, 8, E>(p + i * ldp, ldp, v, nk, d, o + i * d, ahead, n_ahead);
   }
 
   static float exp_sum(float* s, int n, float m) {

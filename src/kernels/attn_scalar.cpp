@@ -108,8 +108,12 @@ void register_attn_scalar(Backend& be) {
   be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<kv_q8_0>;
   be.attn_scores = scores<float>;
   be.attn_accumulate = accumulate<float>;
-  be.attn_scores_f16 = scores<uint16_t>;
-  be.attn_accumulate_f16 = accumulate<uint16_t>;
+  be.attn_scores_f16 = [](const float* q, int nq, const uint16_t* k, int nk, int64_t d, float* s,
+                          int64_t lds, const uint16_t*,
+                          int) { scores<uint16_t>(q, nq, k, nk, d, s, lds); };
+  be.attn_accumulate_f16 = [](const float* p, int64_t ldp, int nq, const uint16_t* v, int nk,
+                              int64_t d, float* o, const uint16_t*,
+                              int) { accumulate<uint16_t>(p, ldp, nq, v, nk, d, o); };
   be.attn_exp_sum = exp_sum;
   be.attn_max = max_of;
   be.silu_mul = silu_mul;

@@ -95,14 +95,16 @@ struct VecTiles {
     }
   }
 
-  // NR accumulator rows, columns [c, c + L * NV) kept in registers over all nk keys.
+  // NR accumulator rows, columns [c, c + L * NV) kept in registers over all
+  // nk keys; row j of `ahead` requested beside value row j.
   template <int NR, int NV, class E>
-  static void accumulate_cols(const float* p, int64_t ldp, const E* v, int nk, int64_t d,
-                              float* o, int64_t c) {
+  static void accumulate_cols(const float* p, int64_t ldp, const E* v, int nk, int64_t d, float* o,
+                              int64_t c, const E* ahead, int n_ahead) {
     V a[NR][NV];
     EDGELM_UNROLL for (int i = 0; i < NR; ++i)
       EDGELM_UNROLL for (int u = 0; u < NV; ++u) a[i][u] = S::load(o + i * d + c + L * u);
     for (int j = 0; j < nk; ++j) {
+      request_row(ahead, n_ahead, j, d);
       V vv[NV];
       EDGELM_UNROLL for (int u = 0; u < NV; ++u) vv[u] = load_kv(v + j * d + c + L * u);
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
@@ -114,13 +116,17 @@ struct VecTiles {
       EDGELM_UNROLL for (int u = 0; u < NV; ++u) S::store(o + i * d + c + L * u, a[i][u]);
   }
 
-  // 16 columns at a time, then one vector, then a scalar tail.
+  // 16 columns at a time, then one vector, then a scalar tail. The first
+  // pass over the keys requests `ahead`.
   template <int NR, class E>
-  static void accumulate_rows(const float* p, int64_t ldp, const E* v, int nk, int64_t d,
-                              float* o) {
+  static void accumulate_rows(const float* p, int64_t ldp, const E* v, int nk, int64_t d, float* o,
+                              const E* ahead, int n_ahead) {
     int64_t c = 0;
-    for (; c + 16 <= d; c += 16) accumulate_cols<NR, 16 / L, E>(p, ldp, v, nk, d, o, c);
-    for (; c + L <= d; c += L) accumulate_cols<NR, 1, E>(p, ldp, v, nk, d, o, c);
+    for (; c + 16 <= d; c += 16, ahead = nullptr)
+      accumulate_cols<NR, 16 / L, E>(p, ldp, v, nk, d, o, c, ahead, n_ahead);
+    for (; c + L <= d; c += L, ahead = nullptr)
+      accumulate_cols<NR, 1, E>(p, ldp, v, nk, d, o, c, ahead, n_ahead);
+    for (int j = 0; j < nk; ++j) request_row(ahead, n_ahead, j, d);  // d < L: no pass above
     for (; c < d; ++c) {
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         float t = o[i * d + c];
@@ -172,37 +178,69 @@ struct VecTiles {
 // Key rows 4 at a time for 4 or more query rows where the ISA has 32
 // vector registers (NEON: 6 x 4 accumulators, 4 keys and a query vector
 // are 29), else 2 at a time; then 2 and 1.
+// Row j of `ahead` is requested before the tile with key row j.
 template <class K, int NR, class E>
-inline void score_rows(const float* q, const E* k, int nk, int64_t d, float* s, int64_t lds) {
+inline void score_rows(const float* q, const E* k, int nk, int64_t d, float* s, int64_t lds,
+                       const E* ahead, int n_ahead) {
   int j = 0;
   if constexpr (K::kRegisters >= 32 && NR >= 4)
-    for (; j + 4 <= nk; j += 4) K::template score_tile<NR, 4, E>(q, k + j * d, d, s + j, lds);
-  for (; j + 2 <= nk; j += 2) K::template score_tile<NR, 2, E>(q, k + j * d, d, s + j, lds);
-  if (j < nk) K::template score_tile<NR, 1, E>(q, k + j * d, d, s + j, lds);
+    for (; j + 4 <= nk; j += 4) {
+      EDGELM_UNROLL for (int u = 0; u < 4; ++u) request_row(ahead, n_ahead, j + u, d);
+      K::template score_tile<NR, 4, E>(q, k + j * d, d, s + j, lds);
+    }
+  for (; j + 2 <= nk; j += 2) {
+    EDGELM_UNROLL for (int u = 0; u < 2; ++u) request_row(ahead, n_ahead, j + u, d);
+    K::template score_tile<NR, 2, E>(q, k + j * d, d, s + j, lds);
+  }
+  if (j < nk) {
+    request_row(ahead, n_ahead, j, d);
+    K::template score_tile<NR, 1, E>(q, k + j * d, d, s + j, lds);
+  }
 }
 
 // Tiles of 6, 4, 2 and 1 query rows by score_rows' key rows. Six rows (a
 // Qwen2 GQA group: a decode step's whole tile) load each key vector once
 // for the group; 6 x 2 accumulators, 2 keys and a query vector fit AVX2's
-// 16 registers.
+// 16 registers. The first pass over the keys requests `ahead`.
 template <class K, class E>
-void tile_scores(const float* q, int nq, const E* k, int nk, int64_t d, float* s, int64_t lds) {
+void tile_scores(const float* q, int nq, const E* k, int nk, int64_t d, float* s, int64_t lds,
+                 const E* ahead, int n_ahead) {
   int i = 0;
-  for (; i + 6 <= nq; i += 6) score_rows<K, 6, E>(q + i * d, k, nk, d, s + i * lds, lds);
-  for (; i + 4 <= nq; i += 4) score_rows<K, 4, E>(q + i * d, k, nk, d, s + i * lds, lds);
-  for (; i + 2 <= nq; i += 2) score_rows<K, 2, E>(q + i * d, k, nk, d, s + i * lds, lds);
-  if (i < nq) score_rows<K, 1, E>(q + i * d, k, nk, d, s + i * lds, lds);
+  for (; i + 6 <= nq; i += 6, ahead = nullptr)
+    score_rows<K, 6, E>(q + i * d, k, nk, d, s + i * lds, lds, ahead, n_ahead);
+  for (; i + 4 <= nq; i += 4, ahead = nullptr)
+    score_rows<K, 4, E>(q + i * d, k, nk, d, s + i * lds, lds, ahead, n_ahead);
+  for (; i + 2 <= nq; i += 2, ahead = nullptr)
+    score_rows<K, 2, E>(q + i * d, k, nk, d, s + i * lds, lds, ahead, n_ahead);
+  if (i < nq) score_rows<K, 1, E>(q + i * d, k, nk, d, s + i * lds, lds, ahead, n_ahead);
 }
 
 // Six rows (12 accumulators of 8 lanes on AVX2, 24 of 4 on NEON) load each
 // value vector once for a GQA group of six; then 4, 2 and 1.
 template <class K, class E>
-void tile_accumulate(const float* p, int64_t ldp, int nq, const E* v, int nk, int64_t d, float* o) {
+void tile_accumulate(const float* p, int64_t ldp, int nq, const E* v, int nk, int64_t d, float* o,
+                     const E* ahead, int n_ahead) {
   int i = 0;
-  for (; i + 6 <= nq; i += 6) K::template accumulate_rows<6, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
-  for (; i + 4 <= nq; i += 4) K::template accumulate_rows<4, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
-  for (; i + 2 <= nq; i += 2) K::template accumulate_rows<2, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
-  if (i < nq) K::template accumulate_rows<1, E>(p + i * ldp, ldp, v, nk, d, o + i * d);
+  for (; i + 6 <= nq; i += 6, ahead = nullptr)
+    K::template accumulate_rows<6, E>(p + i * ldp, ldp, v, nk, d, o + i * d, ahead, n_ahead);
+  for (; i + 4 <= nq; i += 4, ahead = nullptr)
+    K::template accumulate_rows<4, E>(p + i * ldp, ldp, v, nk, d, o + i * d, ahead, n_ahead);
+  for (; i + 2 <= nq; i += 2, ahead = nullptr)
+    K::template accumulate_rows<2, E>(p + i * ldp, ldp, v, nk, d, o + i * d, ahead, n_ahead);
+  if (i < nq)
+    K::template accumulate_rows<1, E>(p + i * ldp, ldp, v, nk, d, o + i * d, ahead, n_ahead);
+}
+
+// The f32 entry points (rows converted into scratch, already in cache)
+// take no `ahead`.
+template <auto Scores>
+void scores_here(const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
+  Scores(q, nq, k, nk, d, s, lds, nullptr, 0);
+}
+template <auto Accumulate>
+void accumulate_here(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d,
+                     float* o) {
+  Accumulate(p, ldp, nq, v, nk, d, o, nullptr, 0);
 }
 
 inline void kv_copy_f32(const void* src, float* dst, int64_t n) {
@@ -218,13 +256,13 @@ void register_attn(Backend& be) {
   be.kv_to_f32[kv_slot(DType::F16)] = kv_rows<K::kv_f16>;
   be.kv_to_f32[kv_slot(DType::Q8_0)] = kv_rows<K::kv_q8_0>;
   if constexpr (requires { &K::template scores<float>; }) {
-    be.attn_scores = K::template scores<float>;
-    be.attn_accumulate = K::template accumulate<float>;
+    be.attn_scores = scores_here<K::template scores<float>>;
+    be.attn_accumulate = accumulate_here<K::template accumulate<float>>;
     be.attn_scores_f16 = K::template scores<uint16_t>;
     be.attn_accumulate_f16 = K::template accumulate<uint16_t>;
   } else {
-    be.attn_scores = tile_scores<K, float>;
-    be.attn_accumulate = tile_accumulate<K, float>;
+    be.attn_scores = scores_here<tile_scores<K, float>>;
+    be.attn_accumulate = accumulate_here<tile_accumulate<K, float>>;
     be.attn_scores_f16 = tile_scores<K, uint16_t>;
     be.attn_accumulate_f16 = tile_accumulate<K, uint16_t>;
   }

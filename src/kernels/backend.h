@@ -24,9 +24,10 @@ using AttnScoresFn = void (*)(const float* q, int nq, const float* k, int nk, in
 using AttnExpSumFn = float (*)(float* s, int n, float m);
 using AttnMaxFn = float (*)(const float* s, int n);
 using AttnAccumulateFn = void (*)(const float* p, int64_t ldp, int nq, const float* v, int nk, int64_t d, float* o);
-using AttnScoresF16Fn = void (*)(const float* q, int nq, const uint16_t* k, int nk, int64_t d, float* s, int64_t lds);
-using AttnAccumulateF16Fn = void (*)(const float* p, int64_t ldp, int nq, const uint16_t* v, int nk, int64_t d,
-                                     float* o);
+using AttnScoresF16Fn = void (*)(const float* q, int nq, const uint16_t* k, int nk, int64_t d,
+                                 float* s, int64_t lds, const uint16_t* ahead, int n_ahead);
+using AttnAccumulateF16Fn = void (*)(const float* p, int64_t ldp, int nq, const uint16_t* v, int nk,
+                                     int64_t d, float* o, const uint16_t* ahead, int n_ahead);
 using SiluMulFn = void (*)(float* g, const float* u, int64_t n);
 using RmsNormFn = void (*)(const float* x, const float* w, float* y, int64_t n, float eps);
 using RopeFn = void (*)(float* x, int n_heads, int head_dim, const float* table, int rope_dim, bool neox);
@@ -37,6 +38,32 @@ using RopeFn = void (*)(float* x, int n_heads, int head_dim, const float* table,
 // attention score tile ran about 3x slower); unrolled first, they live in
 // registers.
 #define EDGELM_UNROLL _Pragma("GCC unroll 16")
+
+// Requests row j of `ahead` (rows of d elements E, the stride of the rows
+// the kernel reads) from memory while the kernel works on its own row j,
+// for j < n_ahead: the attention tiles' F16 entry points (kernels.h). A
+// hint, spread over the work: measured faster than one burst a block
+// (model/attention.cpp).
+//
+// The request is an asm statement, not __builtin_prefetch: GCC 12 counts a
+// loop of __builtin_prefetch under a condition as free of side effects and
+// deletes it (seen here: not one prefetch was left of this loop).
+inline void request_line(const void* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetcht0 (%0)" : : "r"(p));
+#elif defined(__aarch64__)
+  asm volatile("prfm pldl1keep, [%0]" : : "r"(p));
+#else
+  __builtin_prefetch(p, 0, 3);
+#endif
+}
+
+template <class E>
+inline void request_row(const E* ahead, int n_ahead, int j, int64_t d) {
+  if (ahead == nullptr || j >= n_ahead) return;
+  const auto* p = reinterpret_cast<const char*>(ahead + j * d);
+  for (int64_t off = 0; off < d * static_cast<int64_t>(sizeof(E)); off += 64) request_line(p + off);
+}
 
 constexpr int kNumDTypeSlots = 40;  // covers every DType id
 

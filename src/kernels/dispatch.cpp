@@ -332,13 +332,16 @@ void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* 
   if (nq > 0 && nk > 0) table().attn_accumulate[isa_index(isa)](p, ldp, nq, v, nk, d, o);
 }
 
-void attn_scores_f16(Isa isa, const float* q, int nq, const uint16_t* k, int nk, int64_t d, float* s, int64_t lds) {
-  if (nq > 0 && nk > 0) table().attn_scores_f16[isa_index(isa)](q, nq, k, nk, d, s, lds);
+void attn_scores_f16(Isa isa, const float* q, int nq, const uint16_t* k, int nk, int64_t d,
+                     float* s, int64_t lds, const uint16_t* ahead, int n_ahead) {
+  if (nq > 0 && nk > 0)
+    table().attn_scores_f16[isa_index(isa)](q, nq, k, nk, d, s, lds, ahead, n_ahead);
 }
 
-void attn_accumulate_f16(Isa isa, const float* p, int64_t ldp, int nq, const uint16_t* v, int nk, int64_t d,
-                         float* o) {
-  if (nq > 0 && nk > 0) table().attn_accumulate_f16[isa_index(isa)](p, ldp, nq, v, nk, d, o);
+void attn_accumulate_f16(Isa isa, const float* p, int64_t ldp, int nq, const uint16_t* v, int nk,
+                         int64_t d, float* o, const uint16_t* ahead, int n_ahead) {
+  if (nq > 0 && nk > 0)
+    table().attn_accumulate_f16[isa_index(isa)](p, ldp, nq, v, nk, d, o, ahead, n_ahead);
 }
 
 float attn_exp_sum(Isa isa, float* s, int n, float m) {

@@ -129,10 +129,14 @@ void attn_accumulate(Isa isa, const float* p, int64_t ldp, int nq, const float* 
 // The same two with the keys (values) as F16 cache rows, k + j * d halves,
 // read in place: the same bits as kv_to_f32 followed by the f32 kernel on
 // the same ISA (the conversion is exact), without the f32 copy's write and
-// re-read. Decode at depth streams a head's rows from memory once.
-void attn_scores_f16(Isa isa, const float* q, int nq, const uint16_t* k, int nk, int64_t d, float* s, int64_t lds);
-void attn_accumulate_f16(Isa isa, const float* p, int64_t ldp, int nq, const uint16_t* v, int nk, int64_t d,
-                         float* o);
+// re-read. Decode at depth streams a head's rows from memory once: `ahead`
+// (if not null) is where the caller reads next, rows at the same stride,
+// n_ahead of them. The kernel requests them from memory as it goes, row j
+// of `ahead` beside its own row j. A hint: results never depend on it.
+void attn_scores_f16(Isa isa, const float* q, int nq, const uint16_t* k, int nk, int64_t d,
+                     float* s, int64_t lds, const uint16_t* ahead = nullptr, int n_ahead = 0);
+void attn_accumulate_f16(Isa isa, const float* p, int64_t ldp, int nq, const uint16_t* v, int nk,
+                         int64_t d, float* o, const uint16_t* ahead = nullptr, int n_ahead = 0);
 // s[j] = exp(s[j] - m) for j < n, where every s[j] <= m; returns the sum of
 // the new s[j]. The SIMD paths evaluate exp by a polynomial within a few
 // ulp of std::exp (the reference), and flush results below 2^-126 to zero.

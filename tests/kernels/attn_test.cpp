@@ -173,18 +173,27 @@ F16Rows f16_rows(int nk, int64_t d, std::mt19937& rng) {
 }
 
 // F16 rows read in place: the same bits as the f32 kernel on the rows
-// converted first, on every ISA.
+// converted first, on every ISA; and the same again with rows to request
+// ahead (all of a next block's, or fewer than the kernel reads), which are
+// a hint only.
 TEST(AttnTiles, ScoresFromF16RowsMatchConvertedRows) {
   std::mt19937 rng(16);
   for (const TileShape& sh : kShapes) {
     auto q = test::random_floats(sh.nq * sh.d, rng);
-    const F16Rows k = f16_rows(sh.nk, sh.d, rng);
+    const F16Rows k = f16_rows(sh.nk, sh.d, rng), next = f16_rows(sh.nk, sh.d, rng);
     const int64_t lds = sh.nk + 2;
     for (Isa isa : supported_isas()) {
       std::vector<float> want(static_cast<size_t>(sh.nq * lds), 7.0f), got = want;
       attn_scores(isa, q.data(), sh.nq, k.f.data(), sh.nk, sh.d, want.data(), lds);
       attn_scores_f16(isa, q.data(), sh.nq, k.h.data(), sh.nk, sh.d, got.data(), lds);
       ASSERT_EQ(got, want) << isa_name(isa) << " nq=" << sh.nq << " nk=" << sh.nk << " d=" << sh.d;
+      for (int n_ahead : {sh.nk, sh.nk / 2}) {
+        std::vector<float> ahead(want.size(), 7.0f);
+        attn_scores_f16(isa, q.data(), sh.nq, k.h.data(), sh.nk, sh.d, ahead.data(), lds,
+                        next.h.data(), n_ahead);
+        ASSERT_EQ(ahead, want) << isa_name(isa) << " nq=" << sh.nq << " nk=" << sh.nk
+                               << " n_ahead=" << n_ahead;
+      }
     }
   }
 }
@@ -194,13 +203,20 @@ TEST(AttnTiles, AccumulateFromF16RowsMatchesConvertedRows) {
   for (const TileShape& sh : kShapes) {
     const int64_t ldp = sh.nk + 3;
     const std::vector<float> p = weights(sh.nq, ldp, rng);
-    const F16Rows v = f16_rows(sh.nk, sh.d, rng);
+    const F16Rows v = f16_rows(sh.nk, sh.d, rng), next = f16_rows(sh.nk, sh.d, rng);
     const auto o0 = test::random_floats(sh.nq * sh.d, rng);
     for (Isa isa : supported_isas()) {
       auto want = o0, got = o0;
       attn_accumulate(isa, p.data(), ldp, sh.nq, v.f.data(), sh.nk, sh.d, want.data());
       attn_accumulate_f16(isa, p.data(), ldp, sh.nq, v.h.data(), sh.nk, sh.d, got.data());
       ASSERT_EQ(got, want) << isa_name(isa) << " nq=" << sh.nq << " nk=" << sh.nk << " d=" << sh.d;
+      for (int n_ahead : {sh.nk, sh.nk / 2}) {
+        auto ahead = o0;
+        attn_accumulate_f16(isa, p.data(), ldp, sh.nq, v.h.data(), sh.nk, sh.d, ahead.data(),
+                            next.h.data(), n_ahead);
+        ASSERT_EQ(ahead, want) << isa_name(isa) << " nq=" << sh.nq << " nk=" << sh.nk
+                               << " n_ahead=" << n_ahead;
+      }
     }
   }
 }
