@@ -44,6 +44,7 @@ struct BenchFlags {
   std::string streams = "1,2,4,8";
   int reps = 3;
   int depth = 0;
+  bool with_depth_0 = false;  // with depth: each repetition also decodes from an empty context
   bool json = false;
   bool bandwidth = false;
   bool no_pack = false;
@@ -413,7 +414,12 @@ std::pair<double, double> run_on_slot(Engine& e, int slot, std::span<const int32
 // each repetition then times a prompt of `prompt` new tokens after them,
 // and separately `gen` decoded tokens after them (a request of the depth
 // tokens and one new one). Returns {prompt tokens/s, decode tokens/s}.
-std::pair<std::vector<double>, std::vector<double>> runs_at_depth(Engine& e, const BenchFlags& f) {
+// With f.with_depth_0, each repetition then also decodes `gen` tokens on
+// slot 1 after a prompt of `prompt` tokens (as a run without --depth),
+// into tg0: the two alternate, so a machine whose speed drifts between
+// phases moves both sides of each pair.
+std::pair<std::vector<double>, std::vector<double>> runs_at_depth(Engine& e, const BenchFlags& f,
+                                                                  std::vector<double>* tg0) {
   const int n_vocab = e.model().config.n_vocab;
   const std::vector<int32_t> prefix = random_prompt(f.depth, n_vocab, 7);
   (void)run_on_slot(e, 0, prefix, 0, 2);
@@ -426,6 +432,7 @@ std::pair<std::vector<double>, std::vector<double>> runs_at_depth(Engine& e, con
     p.resize(static_cast<size_t>(f.depth));
     p.push_back(extra[0]);
     tg.push_back(run_on_slot(e, 0, p, f.depth, f.gen).second);
+    if (tg0) tg0->push_back(run_on_slot(e, 1, extra, 0, f.gen).second);
   }
   return {pp, tg};
 }
@@ -479,7 +486,7 @@ int bench(const BenchFlags& f) {
     return 1;
   }
   PlanFlags pf = f.plan;
-  pf.slots = max_streams;
+  pf.slots = f.with_depth_0 ? std::max(max_streams, 2) : max_streams;
   pf.ctx = std::max(pf.ctx, f.depth + f.prompt + f.gen + 8);
   pf.batch = std::max(pf.batch, f.prompt);
   auto plan = plan_from_flags(**model, pf);
@@ -501,9 +508,9 @@ int bench(const BenchFlags& f) {
   e.start();
   (void)run_streams(e, 1, 8, 4, 1);  // warm-up: page in the weights
 
-  std::vector<double> pp, tg;
+  std::vector<double> pp, tg, tg0;
   if (f.depth > 0) {
-    std::tie(pp, tg) = runs_at_depth(e, f);
+    std::tie(pp, tg) = runs_at_depth(e, f, f.with_depth_0 ? &tg0 : nullptr);
   } else {
     for (int r = 0; r < f.reps; ++r) {
       auto [prefill, rate] = run_streams(e, 1, f.prompt, f.gen, 100 + static_cast<uint64_t>(r), {}, f.sample);
@@ -523,6 +530,20 @@ int bench(const BenchFlags& f) {
     fmt::print("{}prompt {} tokens: {:.1f} tokens/s | decode {} tokens: {:.1f} tokens/s (median of {})\n",
                f.depth > 0 ? fmt::format("depth {}: ", f.depth) : std::string(), f.prompt, median(pp), f.gen,
                median(tg), f.reps);
+  if (!tg0.empty()) {
+    std::vector<double> ratio;
+    for (size_t r = 0; r < tg.size(); ++r) ratio.push_back(tg[r] / tg0[r]);
+    out["depth_0_decode_samples"] = tg0;
+    out["depth_ratio_samples"] = ratio;
+    out["depth_ratio"] = median(ratio);
+    if (!f.json)
+      fmt::print(
+          "depth {} against depth 0 (decode {:.1f} tokens/s, median of {}), alternating: {:.3f} "
+          "(median of the ratios; {:.3f}..{:.3f})\n",
+          f.depth, median(tg0), tg0.size(), median(ratio),
+          *std::min_element(ratio.begin(), ratio.end()),
+          *std::max_element(ratio.begin(), ratio.end()));
+  }
   nlohmann::json arr = nlohmann::json::array();
   for (int k : streams) {
     std::vector<double> agg;
@@ -557,6 +578,11 @@ void add_bench_command(CLI::App& app) {
                   "llama-bench -d)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_flag(
+      "--with-depth-0", f->with_depth_0,
+      "With --depth: each repetition also decodes from an empty context (after the prompt, as "
+      "without "
+      "--depth), alternating with the run at depth, and the ratio of each pair is reported");
   cmd->add_option("-r,--reps", f->reps, "Repetitions (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
   cmd->add_flag("--json", f->json, "Print one JSON object");
   cmd->add_flag("--bandwidth", f->bandwidth, "Also probe memory read bandwidth and the decode limit it implies");

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -352,6 +353,39 @@ TEST(Process, PlanCountsThePinnedSystemPrompt) {
                "serve-pinned-missing");
   EXPECT_EQ(missing.wait(30), 1);
   EXPECT_NE(missing.output().find("cannot read it"), std::string::npos) << missing.output();
+}
+
+// bench --depth --with-depth-0: one decode from an empty context beside
+// each decode at depth, and their ratios, in the JSON.
+TEST(Process, BenchPairsDepthWithDepthZero) {
+  Proc p({"bench", "-m", tiny_model(), "--threads", "1", "-p", "4", "-n", "6", "-r", "3",
+          "--streams", "1", "-d", "32", "--with-depth-0", "--json", "--memory-budget", "1GiB"},
+         "bench-depth-0");
+  ASSERT_EQ(p.wait(120), 0) << p.output();
+  const std::string out = p.output();
+  const size_t at = out.find("\n{");
+  ASSERT_NE(at, std::string::npos) << out;
+  const nlohmann::json j = nlohmann::json::parse(out.substr(at + 1));
+  ASSERT_EQ(j["depth"], 32);
+  const auto at_depth = j["decode_samples"].get<std::vector<double>>();
+  const auto empty = j["depth_0_decode_samples"].get<std::vector<double>>();
+  const auto ratio = j["depth_ratio_samples"].get<std::vector<double>>();
+  ASSERT_EQ(at_depth.size(), 3u);
+  ASSERT_EQ(empty.size(), 3u);
+  ASSERT_EQ(ratio.size(), 3u);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_GT(empty[r], 0);
+    EXPECT_DOUBLE_EQ(ratio[r], at_depth[r] / empty[r]);
+  }
+  std::vector<double> sorted = ratio;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_DOUBLE_EQ(j["depth_ratio"].get<double>(), sorted[1]);
+  // Without --depth there is nothing to pair.
+  Proc plain({"bench", "-m", tiny_model(), "--threads", "1", "-p", "4", "-n", "4", "-r", "1",
+              "--streams", "1", "--with-depth-0", "--json", "--memory-budget", "1GiB"},
+             "bench-depth-0-plain");
+  ASSERT_EQ(plain.wait(120), 0) << plain.output();
+  EXPECT_EQ(plain.output().find("depth_ratio"), std::string::npos) << plain.output();
 }
 
 }  // namespace
