@@ -10,6 +10,8 @@
 # Both sides are reported by the same statistic: the median of the
 # repetitions (llama-bench's per-repetition samples_ts; llama-batched-bench run
 # REPS times), with the spread (min..max) beside it, and ratios of medians.
+# edgelm's decode at depth against its decode from an empty context is the
+# median of pairs run alternately (edgelm bench --with-depth-0).
 # The load average is printed before and after each model; QUIET=1 first waits
 # (up to 10 minutes) for a 1-minute load average under 0.5.
 #
@@ -59,7 +61,7 @@ for model in "$@"; do
     --bandwidth --json ${EDGELM_ARGS:-} > "$OUT/$name.edgelm.json"
   if [[ "$DEPTH" -gt 0 ]]; then
     "$EDGELM" bench -m "$model" --threads "$THREADS" -p "$PROMPT" -n "$GEN" --streams 1 -r "$REPS" -d "$DEPTH" \
-      --json ${EDGELM_ARGS:-} > "$OUT/$name.edgelm-depth.json"
+      --with-depth-0 --json ${EDGELM_ARGS:-} > "$OUT/$name.edgelm-depth.json"
   else
     echo '{}' > "$OUT/$name.edgelm-depth.json"
   fi
@@ -109,7 +111,9 @@ if ed:
     d = ed["depth"]
     row(f"prompt {pp} at depth {d}", spread(ed["prompt_samples"]), bench_row(pp, 0, d))
     row(f"decode at depth {d}", spread(ed["decode_samples"]), bench_row(0, tg, d))
-    print(f"  edgelm decode at depth {d} / at depth 0: {ed['decode_tokens_per_s'] / e['decode_tokens_per_s']:.2f}")
+    lo, hi = min(ed["depth_ratio_samples"]), max(ed["depth_ratio_samples"])
+    print(f"  edgelm decode at depth {d} / at depth 0: {ed['depth_ratio']:.2f} ({lo:.2f}..{hi:.2f}), "
+          f"the median of {len(ed['depth_ratio_samples'])} pairs run alternately")
 single = e["decode_tokens_per_s"]
 with open(base + ".streams.dat", "w") as f:
     for s in e["streams"]:
