@@ -138,6 +138,128 @@ void gemv_args(benchmark::internal::Benchmark* b) {
         for (int n_tok : {1, 2}) b->Args({n_tok, static_cast<int>(t), static_cast<int>(isa)});
 }
 BENCHMARK(bm_gemv_i16)->Apply(gemv_args)->Unit(benchmark::kMillisecond);
+
+// The same gemms on a pool of two threads, rows handed out in groups of 16
+// as a decode step hands them out (Forward::matmuls, ThreadPool::run_guided):
+// how the formats' one-row paths share the memory of two cores. Real time.
+void bm_gemv_i16_pool(benchmark::State& st) {
+  const DType t = static_cast<DType>(st.range(0));
+  const kernels::Isa isa = static_cast<kernels::Isa>(st.range(1));
+  const int n_threads = static_cast<int>(st.range(2));
+  const int64_t n = st.range(3), rows = n == 1536 ? 8960 : 1536;
+  const int mats = 8;
+  const size_t rb = row_bytes(t, n);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> f(static_cast<size_t>(n));
+  const std::vector<uint8_t> src = random_rows(t, n, rows, rng);
+  const size_t pb = kernels::packed_bytes(t, kernels::Layout::Interleave16, rows, n);
+  std::vector<uint8_t> packed(pb * mats);
+  for (int m = 0; m < mats; ++m)
+    kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), packed.data() + m * pb, n, 0,
+                       rows);
+  const size_t xs = kernels::act_row_bytes(t, n);
+  std::vector<uint8_t> x(xs);
+  for (float& v : f) v = u(rng);
+  kernels::quantize_activation(isa, t, f.data(), x.data(), n);
+  std::vector<float> y(static_cast<size_t>(rows));
+  ThreadPool pool(n_threads);
+  for (auto _ : st) {
+    for (int m = 0; m < mats; ++m) {
+      const kernels::GemmArgs a{
+          t,    packed.data() + m * pb,       rb, n, x.data(), xs, 1, y.data(),
+          rows, kernels::Layout::Interleave16};
+      pool.run_guided(
+          rows / 16, [&](int64_t g0, int64_t g1, int) { kernels::gemm(isa, a, g0 * 16, g1 * 16); });
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(pb * mats));
+}
+void gemv_pool_args(benchmark::internal::Benchmark* b) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (kernels::Isa isa : kernels::supported_isas())
+      if (kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
+        for (int64_t n : {1536, 8960}) b->Args({static_cast<int>(t), static_cast<int>(isa), 2, n});
+}
+BENCHMARK(bm_gemv_i16_pool)->Apply(gemv_pool_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Every weight matrix of a Qwen2-1.5B decode step's 28 layers, in the
+// step's order and runs (QKV, output, gate and up, down; 0.7 GB in Q4_0),
+// one activation row each, on a pool as above: the layers' weights of a
+// step without the rest of it. Real time.
+void bm_decode_layers_pool(benchmark::State& st) {
+  const DType t = static_cast<DType>(st.range(0));
+  const kernels::Isa isa = static_cast<kernels::Isa>(st.range(1));
+  const int n_threads = static_cast<int>(st.range(2));
+  struct Shape {
+    int64_t rows, n;
+  };
+  const Shape shapes[] = {{2048, 1536}, {1536, 1536}, {17920, 1536}, {1536, 8960}};
+  const int layers = 28;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  size_t layer_bytes = 0;
+  size_t at[4];
+  for (int k = 0; k < 4; ++k) {
+    at[k] = layer_bytes;
+    layer_bytes +=
+        kernels::packed_bytes(t, kernels::Layout::Interleave16, shapes[k].rows, shapes[k].n);
+  }
+  // Mapped as the engine maps packed weights (Model::pack_for: a Region,
+  // huge pages where the kernel gives them).
+  auto region = Region::map(layer_bytes * layers, "packed weights");
+  if (!region.ok()) {
+    st.SkipWithError(region.message().c_str());
+    return;
+  }
+  std::span<uint8_t> packed(region.value().data(), region.value().size());
+  for (int k = 0; k < 4; ++k) {
+    const std::vector<uint8_t> src = random_rows(t, shapes[k].n, shapes[k].rows, rng);
+    kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), packed.data() + at[k],
+                       shapes[k].n, 0, shapes[k].rows);
+  }
+  for (int l = 1; l < layers; ++l)
+    std::memcpy(packed.data() + l * layer_bytes, packed.data(), layer_bytes);
+  std::vector<uint8_t> x(kernels::act_row_bytes(t, 8960));
+  std::vector<float> f(8960), y(17920);
+  for (float& v : f) v = u(rng);
+  ThreadPool pool(n_threads);
+  for (auto _ : st) {
+    for (int l = 0; l < layers; ++l) {
+      for (int k = 0; k < 4; ++k) {
+        const Shape& sh = shapes[k];
+        kernels::quantize_activation(isa, t, f.data(), x.data(), sh.n);
+        const kernels::GemmArgs a{t,
+                                  packed.data() + l * layer_bytes + at[k],
+                                  row_bytes(t, sh.n),
+                                  sh.n,
+                                  x.data(),
+                                  kernels::act_row_bytes(t, sh.n),
+                                  1,
+                                  y.data(),
+                                  sh.rows,
+                                  kernels::Layout::Interleave16};
+        pool.run_guided(sh.rows / 16, [&](int64_t g0, int64_t g1, int) {
+          kernels::gemm(isa, a, g0 * 16, g1 * 16);
+        });
+      }
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(packed.size()));
+}
+void decode_layers_args(benchmark::internal::Benchmark* b) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (kernels::Isa isa : kernels::supported_isas())
+      if (isa == kernels::best_isa() &&
+          kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
+        for (int th : {1, 2}) b->Args({static_cast<int>(t), static_cast<int>(isa), th});
+}
+BENCHMARK(bm_decode_layers_pool)
+    ->Apply(decode_layers_args)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace edgelm
 
