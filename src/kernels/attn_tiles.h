@@ -126,7 +126,8 @@ struct VecTiles {
       accumulate_cols<NR, 16 / L, E>(p, ldp, v, nk, d, o, c, ahead, n_ahead);
     for (; c + L <= d; c += L, ahead = nullptr)
       accumulate_cols<NR, 1, E>(p, ldp, v, nk, d, o, c, ahead, n_ahead);
-    for (int j = 0; j < nk; ++j) request_row(ahead, n_ahead, j, d);  // d < L: no pass above
+    if (ahead != nullptr)  // d < L: no pass above requested it
+      for (int j = 0; j < nk; ++j) request_row(ahead, n_ahead, j, d);
     for (; c < d; ++c) {
       EDGELM_UNROLL for (int i = 0; i < NR; ++i) {
         float t = o[i * d + c];

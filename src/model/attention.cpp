@@ -153,12 +153,8 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
                                  reinterpret_cast<const uint16_t*>(kb), nk, hd, sa, B, kn, n_next);
       } else {
         if (n_next > 0) {
-          const uint8_t* kn = kb + B * kv.k_head;
-          const uint8_t* vn = vb + B * kv.v_head;
-          for (size_t off = 0; off < n_next * kv.k_head; off += 64)
-            __builtin_prefetch(kn + off, 0, 3);
-          for (size_t off = 0; off < n_next * kv.v_head; off += 64)
-            __builtin_prefetch(vn + off, 0, 3);
+          kernels::request_bytes(kb + B * kv.k_head, n_next * kv.k_head);
+          kernels::request_bytes(vb + B * kv.v_head, n_next * kv.v_head);
         }
         kernels::kv_to_f32(isa, kv.type, kb, kv.k_head, nk, b.k, hd);
         kernels::kv_to_f32(isa, kv.type, vb, kv.v_head, nk, b.v, hdv);
