@@ -252,8 +252,7 @@ void bm_decode_layers_pool(benchmark::State& st) {
 void decode_layers_args(benchmark::internal::Benchmark* b) {
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
     for (kernels::Isa isa : kernels::supported_isas())
-      if (isa == kernels::best_isa() &&
-          kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
+      if (kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
         for (int th : {1, 2}) b->Args({static_cast<int>(t), static_cast<int>(isa), th});
 }
 BENCHMARK(bm_decode_layers_pool)
