@@ -99,27 +99,43 @@ std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t rows, std::mt19937&
   return w;
 }
 
+// `mats` packed copies of one rows x n matrix of type t, and n_x activation
+// rows of n, quantized for isa.
+struct GemvInputs {
+  size_t rb = 0, pb = 0, xs = 0;  // bytes of a row, a packed matrix, an activation row
+  std::vector<uint8_t> packed, x;
+};
+GemvInputs gemv_inputs(DType t, kernels::Isa isa, int64_t n, int64_t rows, int mats, int n_x) {
+  GemvInputs in;
+  in.rb = row_bytes(t, n);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> f(static_cast<size_t>(n));
+  const std::vector<uint8_t> src = random_rows(t, n, rows, rng);
+  in.pb = kernels::packed_bytes(t, kernels::Layout::Interleave16, rows, n);
+  in.packed.resize(in.pb * static_cast<size_t>(mats));
+  for (int m = 0; m < mats; ++m)
+    kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), in.packed.data() + m * in.pb,
+                       n, 0, rows);
+  in.xs = kernels::act_row_bytes(t, n);
+  in.x.resize(in.xs * static_cast<size_t>(n_x));
+  for (int j = 0; j < n_x; ++j) {
+    for (float& v : f) v = u(rng);
+    kernels::quantize_activation(isa, t, f.data(), in.x.data() + j * in.xs, n);
+  }
+  return in;
+}
+
 void bm_gemv_i16(benchmark::State& st) {
   const int n_tok = static_cast<int>(st.range(0));
   const DType t = static_cast<DType>(st.range(1));
   const int64_t n = 1536, rows = 8960;
   const int mats = 8;
   const kernels::Isa isa = static_cast<kernels::Isa>(st.range(2));
-  const size_t rb = row_bytes(t, n);
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> f(static_cast<size_t>(n));
-  const std::vector<uint8_t> src = random_rows(t, n, rows, rng);
-  const size_t pb = kernels::packed_bytes(t, kernels::Layout::Interleave16, rows, n);
-  std::vector<uint8_t> packed(pb * mats);
-  for (int m = 0; m < mats; ++m)
-    kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), packed.data() + m * pb, n, 0, rows);
-  const size_t xs = kernels::act_row_bytes(t, n);
-  std::vector<uint8_t> x(xs * 2);
-  for (int j = 0; j < 2; ++j) {
-    for (float& v : f) v = u(rng);
-    kernels::quantize_activation(isa, t, f.data(), x.data() + j * xs, n);
-  }
+  const GemvInputs in = gemv_inputs(t, isa, n, rows, mats, 2);
+  const size_t rb = in.rb, pb = in.pb, xs = in.xs;
+  const std::vector<uint8_t>& packed = in.packed;
+  const std::vector<uint8_t>& x = in.x;
   std::vector<float> y(static_cast<size_t>(rows * 2));
   for (auto _ : st) {
     for (int m = 0; m < mats; ++m) {
@@ -148,20 +164,10 @@ void bm_gemv_i16_pool(benchmark::State& st) {
   const int n_threads = static_cast<int>(st.range(2));
   const int64_t n = st.range(3), rows = n == 1536 ? 8960 : 1536;
   const int mats = 8;
-  const size_t rb = row_bytes(t, n);
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> f(static_cast<size_t>(n));
-  const std::vector<uint8_t> src = random_rows(t, n, rows, rng);
-  const size_t pb = kernels::packed_bytes(t, kernels::Layout::Interleave16, rows, n);
-  std::vector<uint8_t> packed(pb * mats);
-  for (int m = 0; m < mats; ++m)
-    kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), packed.data() + m * pb, n, 0,
-                       rows);
-  const size_t xs = kernels::act_row_bytes(t, n);
-  std::vector<uint8_t> x(xs);
-  for (float& v : f) v = u(rng);
-  kernels::quantize_activation(isa, t, f.data(), x.data(), n);
+  const GemvInputs in = gemv_inputs(t, isa, n, rows, mats, 1);
+  const size_t rb = in.rb, pb = in.pb, xs = in.xs;
+  const std::vector<uint8_t>& packed = in.packed;
+  const std::vector<uint8_t>& x = in.x;
   std::vector<float> y(static_cast<size_t>(rows));
   ThreadPool pool(n_threads);
   for (auto _ : st) {
