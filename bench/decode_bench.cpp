@@ -155,9 +155,10 @@ void gemv_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(bm_gemv_i16)->Apply(gemv_args)->Unit(benchmark::kMillisecond);
 
-// The same gemms on a pool of two threads, rows handed out in groups of 16
-// as a decode step hands them out (Forward::matmuls, ThreadPool::run_guided):
-// how the formats' one-row paths share the memory of two cores. Real time.
+// The same gemms, and the down projection's shape (1536 x 8960), on a pool
+// of two threads, rows handed out in groups of 16 as a decode step hands
+// them out (Forward::matmuls, ThreadPool::run_guided): how the formats'
+// one-row paths share the memory of two cores. Real time.
 void bm_gemv_i16_pool(benchmark::State& st) {
   const DType t = static_cast<DType>(st.range(0));
   const kernels::Isa isa = static_cast<kernels::Isa>(st.range(1));
