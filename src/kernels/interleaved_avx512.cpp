@@ -47,7 +47,13 @@ constexpr int kPrefetch = T == 1 ? 16 : 8;
 // -n 128`, six alternated pairs) the gain, about 2%, is within the noise.
 // Tiles of several tokens read each block once per token and keep T0.
 template <int T>
-constexpr _mm_hint kPrefetchHint = T == 1 ? _MM_HINT_NTA : _MM_HINT_T0;
+inline __attribute__((always_inline)) void request_weights(const char* p) {
+  if constexpr (T == 1) {
+    _mm_prefetch(p, _MM_HINT_NTA);
+  } else {
+    _mm_prefetch(p, _MM_HINT_T0);
+  }
+}
 
 inline float half(const uint16_t& h) { return _cvtsh_ss(h); }
 
@@ -132,8 +138,7 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
       // 8.5 cache lines, so consecutive blocks share some).
       {
         const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch<T> * F::kBlock);
-        for (size_t off = 0; off < F::kBlock; off += 64)
-          _mm_prefetch(ahead + off, kPrefetchHint<T>);
+        for (size_t off = 0; off < F::kBlock; off += 64) request_weights<T>(ahead + off);
       }
       dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
       if constexpr (F::kHasMins)
