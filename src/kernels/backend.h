@@ -58,11 +58,16 @@ inline void request_line(const void* p) {
 #endif
 }
 
+// Every line of the bytes [p, p + n).
+inline void request_lines(const void* p, size_t n) {
+  const auto* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < n; off += 64) request_line(c + off);
+}
+
 template <class E>
 inline void request_row(const E* ahead, int n_ahead, int j, int64_t d) {
   if (ahead == nullptr || j >= n_ahead) return;
-  const auto* p = reinterpret_cast<const char*>(ahead + j * d);
-  for (int64_t off = 0; off < d * static_cast<int64_t>(sizeof(E)); off += 64) request_line(p + off);
+  request_lines(ahead + j * d, static_cast<size_t>(d) * sizeof(E));
 }
 
 constexpr int kNumDTypeSlots = 40;  // covers every DType id

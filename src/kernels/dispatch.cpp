@@ -324,10 +324,7 @@ void kv_to_f32(Isa isa, DType kv_type, const void* src, size_t src_stride, int r
   if (rows > 0) table().kv_to_f32[isa_index(isa)][s](src, src_stride, rows, dst, n);
 }
 
-void request_bytes(const void* p, size_t n) {
-  const auto* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < n; off += 64) request_line(c + off);
-}
+void request_bytes(const void* p, size_t n) { request_lines(p, n); }
 
 void attn_scores(Isa isa, const float* q, int nq, const float* k, int nk, int64_t d, float* s, int64_t lds) {
   if (nq > 0 && nk > 0) table().attn_scores[isa_index(isa)](q, nq, k, nk, d, s, lds);
