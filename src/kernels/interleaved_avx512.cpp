@@ -40,11 +40,12 @@ constexpr int kPrefetch = T == 1 ? 16 : 8;
 // projection, whose rows are 8960 long); requested into L1 as ordinary
 // lines, they likely push out the activation row (10.6 KB there), which
 // every group reads again: the down projection alone was the shape that
-// gained, and requesting into L2 only (T1) gained there too. The weights of 28 Qwen2-1.5B layers in Q4_0
-// (bm_decode_layers_pool, four alternated rounds, medians of 3, a busy
-// machine): one thread 32.9-36.6 ms with T0, 30.5-33.0 with NTA; two
-// threads 17.7-17.9 and 17.0-17.4. End to end (`edgelm bench --threads 2
-// -n 128`, six alternated pairs) the gain, about 2%, is within the noise.
+// gained, and requesting into L2 only (T1) gained there too. The weights
+// of 28 Qwen2-1.5B layers in Q4_0 (bm_decode_layers_pool, four alternated
+// rounds, medians of 3, a busy machine): one thread 32.9-36.6 ms with T0,
+// 30.5-33.0 with NTA; two threads 17.7-17.9 and 17.0-17.4. End to end
+// (`edgelm bench --threads 2 -n 128`, six alternated pairs) the gain,
+// about 2%, is within the noise.
 // Tiles of several tokens read each block once per token and keep T0.
 template <int T>
 inline __attribute__((always_inline)) void request_weights(const char* p) {
