@@ -362,11 +362,12 @@ TEST(Process, BenchPairsDepthWithDepthZero) {
           "--streams", "1", "-d", "32", "--with-depth-0", "--json", "--memory-budget", "1GiB"},
          "bench-depth-0");
   ASSERT_EQ(p.wait(120), 0) << p.output();
-  // The JSON object, after any log lines (its nested objects are indented).
-  const std::string out = p.output();
-  const size_t at = out.rfind('{', 0) == 0 ? 0 : out.find("\n{");
+  // The JSON object, after any log lines (its nested objects are indented):
+  // the first line that starts with '{'.
+  const std::string out = "\n" + p.output();
+  const size_t at = out.find("\n{");
   ASSERT_NE(at, std::string::npos) << out;
-  const nlohmann::json j = nlohmann::json::parse(out.substr(at == 0 ? 0 : at + 1));
+  const nlohmann::json j = nlohmann::json::parse(out.substr(at + 1));
   ASSERT_EQ(j["depth"], 32);
   const auto at_depth = j["decode_samples"].get<std::vector<double>>();
   const auto empty = j["depth_0_decode_samples"].get<std::vector<double>>();
