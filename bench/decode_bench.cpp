@@ -99,6 +99,16 @@ std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t rows, std::mt19937&
   return w;
 }
 
+// fn(type, isa) for each weight type the benchmarks cover and each ISA of
+// this CPU whose kernels read it in the interleaved layout.
+template <class Fn>
+void each_interleaved(Fn&& fn) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (kernels::Isa isa : kernels::supported_isas())
+      if (kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
+        fn(static_cast<int>(t), static_cast<int>(isa));
+}
+
 // `mats` packed copies of one rows x n matrix of type t, and n_x activation
 // rows of n, quantized for isa.
 struct GemvInputs {
@@ -148,10 +158,9 @@ void bm_gemv_i16(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(pb * mats));
 }
 void gemv_args(benchmark::internal::Benchmark* b) {
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
-    for (kernels::Isa isa : kernels::supported_isas())
-      if (kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
-        for (int n_tok : {1, 2}) b->Args({n_tok, static_cast<int>(t), static_cast<int>(isa)});
+  each_interleaved([b](int t, int isa) {
+    for (int n_tok : {1, 2}) b->Args({n_tok, t, isa});
+  });
 }
 BENCHMARK(bm_gemv_i16)->Apply(gemv_args)->Unit(benchmark::kMillisecond);
 
@@ -184,10 +193,9 @@ void bm_gemv_i16_pool(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(pb * mats));
 }
 void gemv_pool_args(benchmark::internal::Benchmark* b) {
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
-    for (kernels::Isa isa : kernels::supported_isas())
-      if (kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
-        for (int64_t n : {1536, 8960}) b->Args({static_cast<int>(t), static_cast<int>(isa), 2, n});
+  each_interleaved([b](int t, int isa) {
+    for (int64_t n : {1536, 8960}) b->Args({t, isa, 2, n});
+  });
 }
 BENCHMARK(bm_gemv_i16_pool)->Apply(gemv_pool_args)->UseRealTime()->Unit(benchmark::kMillisecond);
 
@@ -257,10 +265,9 @@ void bm_decode_layers_pool(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(packed.size()));
 }
 void decode_layers_args(benchmark::internal::Benchmark* b) {
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
-    for (kernels::Isa isa : kernels::supported_isas())
-      if (kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
-        for (int th : {1, 2}) b->Args({static_cast<int>(t), static_cast<int>(isa), th});
+  each_interleaved([b](int t, int isa) {
+    for (int th : {1, 2}) b->Args({t, isa, th});
+  });
 }
 BENCHMARK(bm_decode_layers_pool)
     ->Apply(decode_layers_args)
@@ -306,10 +313,9 @@ void bm_gemm_i16_prompt(benchmark::State& st) {
                                              benchmark::Counter::kIsIterationInvariantRate);
 }
 void gemm_prompt_args(benchmark::internal::Benchmark* b) {
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
-    for (kernels::Isa isa : kernels::supported_isas())
-      if (kernels::preferred_layout(isa, t, 8960, 1536) == kernels::Layout::Interleave16)
-        for (int64_t n : {1536, 8960}) b->Args({64, static_cast<int>(t), static_cast<int>(isa), n});
+  each_interleaved([b](int t, int isa) {
+    for (int64_t n : {1536, 8960}) b->Args({64, t, isa, n});
+  });
 }
 BENCHMARK(bm_gemm_i16_prompt)->Apply(gemm_prompt_args)->Unit(benchmark::kMillisecond);
 }  // namespace
