@@ -165,7 +165,7 @@ void gemv_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(bm_gemv_i16)->Apply(gemv_args)->Unit(benchmark::kMillisecond);
 
 // The same gemms, and the down projection's shape (1536 x 8960), on a pool
-// of two threads, rows handed out in groups of 16 as a decode step hands
+// of two threads, rows handed out in units of 32 as a decode step hands
 // them out (Forward::matmuls, ThreadPool::run_guided): how the formats'
 // one-row paths share the memory of two cores. Real time.
 void bm_gemv_i16_pool(benchmark::State& st) {
@@ -186,7 +186,7 @@ void bm_gemv_i16_pool(benchmark::State& st) {
           t,    packed.data() + m * pb,       rb, n, x.data(), xs, 1, y.data(),
           rows, kernels::Layout::Interleave16};
       pool.run_guided(
-          rows / 16, [&](int64_t g0, int64_t g1, int) { kernels::gemm(isa, a, g0 * 16, g1 * 16); });
+          rows / 32, [&](int64_t u0, int64_t u1, int) { kernels::gemm(isa, a, u0 * 32, u1 * 32); });
     }
     benchmark::DoNotOptimize(y.data());
   }
@@ -255,8 +255,8 @@ void bm_decode_layers_pool(benchmark::State& st) {
                                   y.data(),
                                   sh.rows,
                                   kernels::Layout::Interleave16};
-        pool.run_guided(sh.rows / 16, [&](int64_t g0, int64_t g1, int) {
-          kernels::gemm(isa, a, g0 * 16, g1 * 16);
+        pool.run_guided(sh.rows / 32, [&](int64_t u0, int64_t u1, int) {
+          kernels::gemm(isa, a, u0 * 32, u1 * 32);
         });
       }
     }

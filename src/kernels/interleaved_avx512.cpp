@@ -25,13 +25,16 @@ void register_interleaved_kquants_avx512(Backend& be);
 
 namespace {
 
-// Blocks prefetched ahead in each group's stream: 4.5 KiB for Q4_0. Decode
-// of Qwen2-1.5B Q4_0 at 2 threads, medians of 5: 4 blocks (two lines each)
-// 19.2 tokens/s, 4 blocks (every line) 21.5, 8 blocks 22.5, 12-16 the same
-// within noise; that was with two streams per thread (two groups per decode
-// tile). Decode now reads one stream, and 16 blocks keep the same bytes in
+// Blocks prefetched ahead in each group's stream (a block of a pair,
+// kStep: 9 KiB ahead for Q4_0 decode). Decode of Qwen2-1.5B Q4_0 at 2
+// threads, medians of 5: 4 blocks (two lines each) 19.2 tokens/s, 4 blocks
+// (every line) 21.5, 8 blocks 22.5, 12-16 the same within noise; that was
+// with two streams per thread (two groups per decode tile). Decode then
+// read one stream of one group, and 16 blocks kept the same bytes in
 // flight: Q8_0 decode gemm single-thread 7.1 ms per 62 MB at 16 against
-// 9.0-9.6 at 8. Tiles of several tokens (prefill) keep 8.
+// 9.0-9.6 at 8. With the groups paired, 8 and 16 pairs ahead measured the
+// same within the noise (bm_decode_layers_pool). Tiles of several tokens
+// (prefill) keep 8.
 template <int T>
 constexpr int kPrefetch = T == 1 ? 16 : 8;
 
@@ -121,9 +124,9 @@ struct Q8_0I16 : Q8_0Layout {
   }
 };
 
-// G consecutive groups of 16 rows x T tokens (the driver passes G = 1).
+// G groups of 16 rows x T tokens (G = 2: both groups of a pair, one token).
 template <class F, int G, int T>
-inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t* gp, size_t group_bytes, int64_t nb,
+inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t* gp, int64_t nb,
                                                 int64_t t0, float* y) {
   const uint8_t* xr[T];
   for (int j = 0; j < T; ++j) xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j) * a.x_stride;
@@ -133,14 +136,16 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
   for (int64_t b = 0; b < nb; ++b) {
     __m512 dw[G], mw[G];
     __m512i q[G][8];
+    {
+      // The lines of the tile's blocks (a pair's: whole lines) kPrefetch<T>
+      // blocks ahead in the group's stream, each line once.
+      const uintptr_t ahead =
+          reinterpret_cast<uintptr_t>(gp + static_cast<size_t>(b + kPrefetch<T>) * F::kStep);
+      for (uintptr_t l = (ahead + 63) & ~uintptr_t{63}; l < ahead + G * F::kBlock; l += 64)
+        request_weights<T>(reinterpret_cast<const char*>(l));
+    }
     for (int g = 0; g < G; ++g) {
-      const uint8_t* blk = gp + g * group_bytes + static_cast<size_t>(b) * F::kBlock;
-      // Every line of the block kPrefetch<T> blocks ahead (a block is 4.5 or
-      // 8.5 cache lines, so consecutive blocks share some).
-      {
-        const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch<T> * F::kBlock);
-        for (size_t off = 0; off < F::kBlock; off += 64) request_weights<T>(ahead + off);
-      }
+      const uint8_t* blk = gp + g * F::kBlock + static_cast<size_t>(b) * F::kStep;
       dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
       if constexpr (F::kHasMins)
         mw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + F::kMinsAt)));
@@ -173,9 +178,9 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
 template <class F>
 void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
   const int64_t nb = a.n / 32;
-  const size_t gb = 16 * a.w_stride;  // bytes of one group of 16 rows
-  i16_drive(a, r0, r1, gb, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
-    tile<F, G, T>(a, gp, gb, nb, t0, y);
+  const Groups<true> groups{16 * a.w_stride, F::kBlock};
+  i16_drive(a, r0, r1, groups, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
+    tile<F, G, T>(a, gp, nb, t0, y);
   });
 }
 

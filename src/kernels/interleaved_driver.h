@@ -4,11 +4,13 @@
 // the loop nest a kernel supplies its tile as a callable
 //
 //   tile.template operator()<G, T>(const uint8_t* gp, int64_t t0, float* y)
-//     // G consecutive groups of 16 rows from gp, tokens [t0, t0 + T),
-//     // y = the output column of the first row of the first group
+//     // G groups of 16 rows from gp, tokens [t0, t0 + T), y = the output
+//     // column of the first row of the first group. G is 2 only for both
+//     // groups of a pair (PairedBlocks) and one token: the second group's
+//     // blocks start F::kBlock after the first's.
 //
-// Loop order: decode (one token) takes one group at a time (one weight
-// stream per thread); otherwise tokens in
+// Loop order: decode (one token) takes one group, or one pair of a paired
+// format, at a time (one weight stream per thread); otherwise tokens in
 // chunks whose activations stay in L2, within a chunk groups of rows (each
 // group's weights read from memory once per chunk, then from L1/L2 for every
 // token tile), within a group token tiles of 8 and one tail tile.
@@ -51,11 +53,22 @@ inline int32_t i16_start(const uint8_t* act_row, int64_t nb, int64_t b) {
   }
 }
 
+// The 32-element formats store their 16-row groups in pairs (pack.cpp):
+// block b of pair p is group 2p's block b (kBlock bytes) followed by group
+// 2p + 1's, so one group's blocks are kStep = 2 kBlock apart, its partner's
+// start kBlock after its own, and a pair's blocks form one stream of whole
+// cache lines (Q4_0 576 bytes, 9 lines; a lone group's 288 would start half
+// of its blocks mid-line).
+template <size_t kBlockBytes>
+struct PairedBlocks {
+  static constexpr size_t kBlock = kBlockBytes;
+  static constexpr size_t kStep = 2 * kBlockBytes;
+};
+
 // Q4_0 / Q8_0: bytes of one block of a 16-row group, and the activation
 // bytes that meet quant vector c (Q4_0: 4c.. for the low nibbles c < 4,
 // 16 + 4(c - 4).. for the high ones).
-struct Q4_0Layout {
-  static constexpr size_t kBlock = 16 * sizeof(BlockQ4_0);
+struct Q4_0Layout : PairedBlocks<16 * sizeof(BlockQ4_0)> {
   static constexpr int32_t kOffset = 8;  // read as unsigned nibbles
   static constexpr size_t kQuants = 32;
   static constexpr int act_offset(int c) { return c < 4 ? 4 * c : 16 + 4 * (c - 4); }
@@ -64,24 +77,20 @@ struct Q4_0Layout {
 // per byte of a chunk (byte 4r + j of the 64 at kHigh: row r, position j;
 // bit c for the low nibble of chunk c, bit 4 + c for the high one). x86
 // reads q (0..31) unsigned; NEON q - 16, signed.
-struct Q5_0Layout {
-  static constexpr size_t kBlock = 16 * sizeof(BlockQ5_0);
+struct Q5_0Layout : PairedBlocks<16 * sizeof(BlockQ5_0)> {
   static constexpr size_t kQuants = 32, kHigh = 32 + 4 * 64;
   static constexpr int32_t kOffset = 16;
   static constexpr int act_offset(int c) { return Q4_0Layout::act_offset(c); }
 };
 // Q4_1 and Q5_1: the scales d[16], the minimums m[16], then Q4_0's chunks
 // (and Q5_1 Q5_0's fifth bits). Activations are Q8_1 rows.
-struct Q4_1Layout {
-  static constexpr size_t kBlock = 16 * sizeof(BlockQ4_1);
+struct Q4_1Layout : PairedBlocks<16 * sizeof(BlockQ4_1)> {
   static constexpr size_t kMinsAt = 32, kQuants = 64;
 };
-struct Q5_1Layout {
-  static constexpr size_t kBlock = 16 * sizeof(BlockQ5_1);
+struct Q5_1Layout : PairedBlocks<16 * sizeof(BlockQ5_1)> {
   static constexpr size_t kMinsAt = 32, kQuants = 64, kHigh = 64 + 4 * 64;
 };
-struct Q8_0Layout {
-  static constexpr size_t kBlock = 16 * sizeof(BlockQ8_0);
+struct Q8_0Layout : PairedBlocks<16 * sizeof(BlockQ8_0)> {
   static constexpr size_t kQuants = 32;
   static constexpr int32_t kOffset = kQ8_0PackedBias;  // x86 128, ARM 0
   static constexpr int act_offset(int c) { return 4 * c; }
@@ -120,18 +129,48 @@ inline void i16_tail(Tile& tile, const uint8_t* gp, int64_t t0, int64_t rem, flo
   }
 }
 
-// Rows [r0, r1) (multiples of 16) of the matrix at w, whose groups of 16 rows
-// are group_bytes apart.
-template <class Tile>
-inline void i16_drive(const GemmArgs& a, int64_t r0, int64_t r1, size_t group_bytes, Tile&& tile) {
+// Where a matrix's 16-row groups start: one after another, group_bytes
+// apart (the K formats), or kPaired (the 32-element formats, PairedBlocks):
+// pair p at 2p x group_bytes, its odd group `partner` bytes after its even
+// one.
+template <bool kPaired>
+struct Groups {
+  size_t group_bytes;
+  size_t partner = 0;
+  const uint8_t* at(const uint8_t* w, int64_t g) const {
+    if constexpr (kPaired) {
+      return w + static_cast<size_t>(g & ~int64_t{1}) * group_bytes +
+             static_cast<size_t>(g & 1) * partner;
+    } else {
+      return w + static_cast<size_t>(g) * group_bytes;
+    }
+  }
+};
+
+// Rows [r0, r1) (multiples of 16) of the matrix at w, its groups placed as
+// `groups` says.
+template <bool kPaired, class Tile>
+inline void i16_drive(const GemmArgs& a, int64_t r0, int64_t r1, Groups<kPaired> groups,
+                      Tile&& tile) {
   const auto* w = static_cast<const uint8_t*>(a.w);
   const int64_t g_end = r1 / 16;
   if (a.n_tok == 1) {
-    // One group at a time: one weight stream per thread. Two groups at once
-    // (two streams 16 rows apart) read slower: single-thread CPU time per
-    // 62 MB of Q4_0 (bench/decode_bench.cpp's bm_gemv_i16, AVX-512, a shared
-    // machine) 5.5-5.9 ms with two groups, 3.7-5.2 ms with one.
-    for (int64_t g = r0 / 16; g < g_end; ++g) tile.template operator()<1, 1>(w + g * group_bytes, 0, a.y + g * 16);
+    // One weight stream per thread. Two groups at once from two streams
+    // read slower: single-thread CPU time per 62 MB of Q4_0
+    // (bench/decode_bench.cpp's bm_gemv_i16, AVX-512, a shared machine)
+    // 5.5-5.9 ms with two groups 16 rows apart, 3.7-5.2 ms with one. A
+    // pair of a paired format is one stream: its two groups go together
+    // (G = 2), and each activation block is read once for 32 rows.
+    int64_t g = r0 / 16;
+    if constexpr (kPaired) {
+      if (g % 2 == 1 && g < g_end) {
+        tile.template operator()<1, 1>(groups.at(w, g), 0, a.y + g * 16);
+        ++g;
+      }
+      for (; g + 1 < g_end; g += 2)
+        tile.template operator()<2, 1>(groups.at(w, g), 0, a.y + g * 16);
+    }
+    for (; g < g_end; ++g) tile.template operator()<1, 1>(groups.at(w, g), 0, a.y + g * 16);
     return;
   }
   int64_t chunk = static_cast<int64_t>(kI16ChunkBytes / (a.x_stride > 0 ? a.x_stride : 1)) / kI16Tile * kI16Tile;
@@ -139,7 +178,7 @@ inline void i16_drive(const GemmArgs& a, int64_t r0, int64_t r1, size_t group_by
   for (int64_t c0 = 0; c0 < a.n_tok; c0 += chunk) {
     const int64_t c1 = c0 + chunk < a.n_tok ? c0 + chunk : a.n_tok;
     for (int64_t g = r0 / 16; g < g_end; ++g) {
-      const uint8_t* gp = w + static_cast<size_t>(g) * group_bytes;
+      const uint8_t* gp = groups.at(w, g);
       float* y = a.y + g * 16;
       int64_t t = c0;
       for (; t + kI16Tile <= c1; t += kI16Tile) tile.template operator()<1, kI16Tile>(gp, t, y);

@@ -187,9 +187,10 @@ template <class F>
 void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
   const int64_t nb = a.n / kQK_K;
   const size_t gb = static_cast<size_t>(nb) * F::kBytes;  // bytes of one group of 16 rows
-  i16_drive(a, r0, r1, gb, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
-    tile<F, G, T>(a, gp, gb, nb, t0, y);
-  });
+  i16_drive(a, r0, r1, Groups<false>{gb},
+            [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
+              tile<F, G, T>(a, gp, gb, nb, t0, y);
+            });
 }
 
 }  // namespace

@@ -242,8 +242,9 @@ void kquarter_pass(const uint8_t* gp, int k, int64_t nb, const BlockQ8_K* const*
 
 // group_tile's passes (interleaved_neon.h) for the K formats.
 struct KDecode {
-  template <class F>
+  template <class F, int G>
   static void run(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
+    static_assert(G == 1, "the K formats' groups are not paired");
     decode_kgroup<F>(gp, nb, reinterpret_cast<const BlockQ8_K*>(xr), y);
   }
 };

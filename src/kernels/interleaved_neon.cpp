@@ -25,7 +25,8 @@
 // sdot, a conversion, a multiply-add and a scale load per row and block.
 //
 // The loop nest around the tiles is interleaved_driver.h's: decode takes
-// all 16 rows of a group per pass (one sequential weight stream); prompts
+// all 16 rows of a group, or 32 of a pair, per pass (one sequential weight
+// stream); prompts
 // take a quarter of a group at a time for up to four tokens, so a quarter's
 // eight decoded vectors stay in registers while every token of the sub-tile
 // uses them.

@@ -24,11 +24,13 @@ using namespace neon;
 constexpr int kPrefetch = 8;    // blocks ahead in the weight stream
 constexpr int kSubTokens = 4;   // tokens per pass over a quarter's quants
 
-// Every line of the block kPrefetch blocks past blk, into L1.
-template <class F>
+// The lines of the G groups' block kPrefetch blocks past blk in the stream
+// (G = 2: a pair's, whole lines), into L1, each line once over the stream.
+template <class F, int G = 1>
 inline void prefetch_block(const uint8_t* blk) {
-  const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kBlock);
-  for (size_t off = 0; off < F::kBlock; off += 64) __builtin_prefetch(ahead + off, 0, 3);
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk + kPrefetch * F::kStep);
+  for (uintptr_t l = (ahead + 63) & ~uintptr_t{63}; l < ahead + G * F::kBlock; l += 64)
+    __builtin_prefetch(reinterpret_cast<const char*>(l), 0, 3);
 }
 
 // Eight quant vectors of one quarter of a packed block: q[i] for i < 4 meets
@@ -67,6 +69,7 @@ inline __attribute__((always_inline)) void load_five_bits(const uint8_t* blk, in
 }
 
 // A format as the passes below read it: kBlock bytes per block of a group,
+// kStep from one block of a group to its next (PairedBlocks),
 // load() its quant vectors, which exceed the true quants by kOffset (the
 // sum starts from -kOffset x the activations' sum, i16_start), XB the
 // activation block; kHasMins: Q4_1/Q5_1's minimums m, whose term is m x the
@@ -79,7 +82,7 @@ template <class Lay, bool kFifthBits, int32_t kOff, class X>
 struct NibbleQuarter {
   using L = Lay;
   using XB = X;
-  static constexpr size_t kBlock = L::kBlock;
+  static constexpr size_t kBlock = L::kBlock, kStep = L::kStep;
   static constexpr int32_t kOffset = kOff;
   static constexpr bool kHasMins = std::is_same_v<X, BlockQ8_1>;
   static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
@@ -101,7 +104,7 @@ using Q4_1Quarter = NibbleQuarter<Q4_1Layout, false, 0, BlockQ8_1>;
 using Q5_1Quarter = NibbleQuarter<Q5_1Layout, true, -16, BlockQ8_1>;
 
 struct Q8_0Quarter {
-  static constexpr size_t kBlock = Q8_0Layout::kBlock;
+  static constexpr size_t kBlock = Q8_0Layout::kBlock, kStep = Q8_0Layout::kStep;
   static constexpr int32_t kOffset = 0;
   static constexpr bool kHasMins = false;
   using XB = BlockQ8_0;
@@ -149,27 +152,29 @@ inline __attribute__((always_inline)) float32x4_t block_fma(float32x4_t acc, int
   return acc;
 }
 
-// Decode: one token against all 16 rows of a group, every block once.
-template <class F>
+// Decode: one token against all 16 rows of G groups (G = 2: both groups of
+// a pair, the second's blocks kBlock after the first's), every block once.
+template <class F, int G>
 void decode_group(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
-  float32x4_t acc[4];
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) acc[k] = vdupq_n_f32(0.0f);
+  float32x4_t acc[G][4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 4 * G; ++i) acc[i / 4][i % 4] = vdupq_n_f32(0.0f);
   const auto* xb = reinterpret_cast<const typename F::XB*>(xr);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
-    prefetch_block<F>(blk);
+    const uint8_t* blk = gp + static_cast<size_t>(b) * F::kStep;
+    prefetch_block<F, G>(blk);
     const int8x16_t lo = load_s8(xb[b].qs), hi = load_s8(xb[b].qs + 16);
     const int32x4_t s0 = start<F>(xr, nb, b);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 4 * G; ++i) {
+      const uint8_t* gb = blk + (i / 4) * F::kBlock;
       int8x16_t q[8];
-      F::load(blk, k, q);
-      acc[k] = block_fma<F>(acc[k], dot8(s0, q, lo, hi), blk, k, xb[b]);
+      F::load(gb, i % 4, q);
+      acc[i / 4][i % 4] = block_fma<F>(acc[i / 4][i % 4], dot8(s0, q, lo, hi), gb, i % 4, xb[b]);
     }
   }
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) vst1q_f32(y + 4 * k, acc[k]);
+#pragma GCC unroll 8
+  for (int i = 0; i < 4 * G; ++i) vst1q_f32(y + 16 * (i / 4) + 4 * (i % 4), acc[i / 4][i % 4]);
 }
 
 // Prompt: TS tokens (activation rows xr[0..TS)) against quarter k of a group,
@@ -180,7 +185,7 @@ void quarter_pass(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr
 #pragma GCC unroll 4
   for (int j = 0; j < TS; ++j) acc[j] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
+    const uint8_t* blk = gp + static_cast<size_t>(b) * F::kStep;
     if (k == 0) prefetch_block<F>(blk);  // the first of a group's four passes
     int8x16_t q[8];
     F::load(blk, k, q);
@@ -198,22 +203,23 @@ void quarter_pass(const uint8_t* gp, int k, int64_t nb, const uint8_t* const* xr
 // Decode of the 32-element formats (the K formats bring their own, with
 // the same signature; xr is the token's activation row).
 struct BlockDecode {
-  template <class F>
+  template <class F, int G>
   static void run(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
-    decode_group<F>(gp, nb, xr, y);
+    decode_group<F, G>(gp, nb, xr, y);
   }
 };
 
-// One group of 16 rows (G is always 1: interleaved_driver.h's decode and
-// prompt loops both take one group per call) x T tokens from t0; y is the
-// group's first output for token 0 of the matrix. Decode runs
-// D::run<F>(gp, nb, xr, y); prompts run P::run<F, TS>(gp, k, nb, xr, y, ldy)
-// for each quarter k of the group and sub-tile of TS <= kSubTokens tokens.
+// G groups of 16 rows x T tokens from t0 (G = 2 only for both groups of a
+// pair and one token, interleaved_driver.h); y is the first group's first
+// output for token 0 of the matrix. Decode runs D::run<F, G>(gp, nb, xr,
+// y); prompts run P::run<F, TS>(gp, k, nb, xr, y, ldy) for each quarter k
+// of the group and sub-tile of TS <= kSubTokens tokens.
 template <class P, class F, class D, int G, int T>
 void group_tile(const GemmArgs& a, const uint8_t* gp, int64_t nb, int64_t t0, float* y) {
-  static_assert(G == 1);
+  static_assert(G == 1 || T == 1);
   if constexpr (T == 1) {
-    D::template run<F>(gp, nb, static_cast<const uint8_t*>(a.x) + t0 * a.x_stride, y + t0 * a.ldy);
+    D::template run<F, G>(gp, nb, static_cast<const uint8_t*>(a.x) + t0 * a.x_stride,
+                          y + t0 * a.ldy);
   } else {
     for (int j0 = 0; j0 < T; j0 += kSubTokens) {
       const uint8_t* xr[kSubTokens];
@@ -239,11 +245,14 @@ template <class P, class F, class D = BlockDecode>
 void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
   constexpr bool kSuper = requires { F::kBytes; };
   const int64_t nb = a.n / (kSuper ? kQK_K : 32);
-  size_t group_bytes = 16 * a.w_stride;
-  if constexpr (kSuper) group_bytes = static_cast<size_t>(nb) * F::kBytes;
-  i16_drive(a, r0, r1, group_bytes, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
+  auto tile = [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
     group_tile<P, F, D, G, T>(a, gp, nb, t0, y);
-  });
+  };
+  if constexpr (kSuper) {
+    i16_drive(a, r0, r1, Groups<false>{static_cast<size_t>(nb) * F::kBytes}, tile);
+  } else {
+    i16_drive(a, r0, r1, Groups<true>{16 * a.w_stride, F::kBlock}, tile);  // PairedBlocks
+  }
 }
 
 }  // namespace

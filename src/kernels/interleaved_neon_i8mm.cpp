@@ -31,7 +31,7 @@ void quarter_pass_mm(const uint8_t* gp, int k, int64_t nb, const uint8_t* const*
 #pragma GCC unroll 2
   for (int p = 0; p < NP; ++p) acc[p][0] = acc[p][1] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
+    const uint8_t* blk = gp + static_cast<size_t>(b) * F::kStep;
     if (k == 0) prefetch_block<F>(blk);
     int8x16_t q[8];
     F::load(blk, k, q);

@@ -209,11 +209,15 @@ template <class F>
 struct Legacy {
   static constexpr int kPrefetch = 8;  // blocks ahead in the weight stream
   static int64_t blocks(const GemmArgs& a) { return a.n / 32; }
-  static size_t group_bytes(const GemmArgs& a) { return 16 * a.w_stride; }
+  static Groups<true> groups(const GemmArgs& a) { return {16 * a.w_stride, F::kBlock}; }
 
+  // The lines of the G groups' block kPrefetch blocks past blk in the
+  // stream (G = 2: a pair's, whole lines), each line once over the stream.
+  template <int G = 1>
   static inline __attribute__((always_inline)) void prefetch(const uint8_t* blk) {
-    const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kBlock);
-    for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk + kPrefetch * F::kStep);
+    for (uintptr_t l = (ahead + 63) & ~uintptr_t{63}; l < ahead + G * F::kBlock; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
   }
 
   // Tokens xr[0..TS) against half h of one group, accumulated into acc over every block.
@@ -221,7 +225,7 @@ struct Legacy {
   static inline __attribute__((always_inline)) void half_pass(const uint8_t* gp, int h, int64_t nb,
                                                               const uint8_t* const* xr, __m256 (&acc)[TS]) {
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
+      const uint8_t* blk = gp + static_cast<size_t>(b) * F::kStep;
       if (h == 0) prefetch(blk);
       block<TS>(blk, h, b, nb, xr, acc);
     }
@@ -243,7 +247,7 @@ struct Legacy {
                                                               __m256 (&hi)[TS]) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
+      const uint8_t* blk = gp + static_cast<size_t>(b) * F::kStep;
       prefetch(blk);
       const typename F::XB* xb[TS];
       for (int t = 0; t < TS; ++t) xb[t] = reinterpret_cast<const typename F::XB*>(xr[t]) + b;
@@ -272,16 +276,24 @@ struct Legacy {
     }
   }
 
-  // One token against both halves in one pass: each block's weights are
-  // read once (not again from L2 for the second half), and each activation
-  // broadcast serves both halves.
-  static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb, const uint8_t* const* xr,
-                                                               __m256 (&lo)[1], __m256 (&hi)[1]) {
+  // One token against both halves of G groups (G = 2: a pair, whose second
+  // group's blocks follow the first's) in one pass: each block's weights
+  // are read once (not again from L2 for the second half), and each
+  // activation block serves all 16 G rows.
+  template <int G>
+  static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb,
+                                                               const uint8_t* const* xr,
+                                                               __m256 (&lo)[G], __m256 (&hi)[G]) {
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = gp + static_cast<size_t>(b) * F::kBlock;
-      prefetch(blk);
-      block<1>(blk, 0, b, nb, xr, lo);
-      block<1>(blk, 1, b, nb, xr, hi);
+      const uint8_t* blk = gp + static_cast<size_t>(b) * F::kStep;
+      prefetch<G>(blk);
+      for (int g = 0; g < G; ++g) {
+        __m256 l[1] = {lo[g]}, h[1] = {hi[g]};
+        block<1>(blk + g * F::kBlock, 0, b, nb, xr, l);
+        block<1>(blk + g * F::kBlock, 1, b, nb, xr, h);
+        lo[g] = l[0];
+        hi[g] = h[0];
+      }
     }
   }
 
@@ -433,7 +445,9 @@ struct Q6KY : Q6KLayout {
 template <class F>
 struct KQuant {
   static int64_t blocks(const GemmArgs& a) { return a.n / kQK_K; }
-  static size_t group_bytes(const GemmArgs& a) { return static_cast<size_t>(blocks(a)) * F::kBytes; }
+  static Groups<false> groups(const GemmArgs& a) {
+    return {static_cast<size_t>(blocks(a)) * F::kBytes};
+  }
 
   // The loop nest of every pass: the group's super-blocks [0, nb) at gp,
   // the TS tokens' sides of each (TokSide), then body(sb, j, xr, b, ts) for
@@ -505,9 +519,11 @@ struct KQuant {
   }
 
   // One token against both halves in one pass (Legacy::whole_pass).
+  template <int G>
   static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb,
                                                                const uint8_t* const* xrow,
-                                                               __m256 (&lo)[1], __m256 (&hi)[1]) {
+                                                               __m256 (&lo)[G], __m256 (&hi)[G]) {
+    static_assert(G == 1, "the K formats' groups are not paired");
     each_sub<1>(
         gp, nb, xrow,
         [&lo, &hi](const uint8_t* sb, int j, const BlockQ8_K* const* xr, int64_t b,
@@ -544,61 +560,70 @@ struct KQuant {
 
 // ---- the tile, shared by both families ---------------------------------------
 
-// G consecutive groups of 16 rows x T tokens; gp is the first group, gb the
-// bytes of one group, y the first row's output column for token 0 of the tile.
+// G groups of 16 rows x T tokens (G = 2 only for a pair of a paired format
+// and one token); gp is the first group, y the first row's output column
+// for token 0 of the tile.
 template <class K, int G, int T>
-void tile(const GemmArgs& a, const uint8_t* gp, size_t gb, int64_t nb, int64_t t0, float* y) {
+void tile(const GemmArgs& a, const uint8_t* gp, int64_t nb, int64_t t0, float* y) {
   if constexpr (T == 1) {
     const uint8_t* xr[1] = {static_cast<const uint8_t*>(a.x) + t0 * a.x_stride};
+    __m256 lo[G], hi[G];
+    for (int g = 0; g < G; ++g) lo[g] = hi[g] = _mm256_setzero_ps();
+    K::template whole_pass<G>(gp, nb, xr, lo, hi);
     for (int g = 0; g < G; ++g) {
-      __m256 lo[1] = {_mm256_setzero_ps()}, hi[1] = {_mm256_setzero_ps()};
-      K::whole_pass(gp + g * gb, nb, xr, lo, hi);
-      _mm256_storeu_ps(y + g * 16 + t0 * a.ldy, lo[0]);
-      _mm256_storeu_ps(y + g * 16 + 8 + t0 * a.ldy, hi[0]);
+      _mm256_storeu_ps(y + g * 16 + t0 * a.ldy, lo[g]);
+      _mm256_storeu_ps(y + g * 16 + 8 + t0 * a.ldy, hi[g]);
     }
     return;
+  } else {
+    static_assert(G == 1, "several tokens take one group per tile");
   }
   if constexpr (K::kPairs) {
-    for (int g = 0; g < G; ++g) {
-      for (int j0 = 0; j0 < T; j0 += kPairTokens) {
-        const uint8_t* xr[kPairTokens];
-        for (int j = 0; j < kPairTokens && j0 + j < T; ++j)
-          xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
-        auto run = [&]<int TS>() {
-          __m256 lo[TS], hi[TS];
-          for (int t = 0; t < TS; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
-          K::template pair_pass<TS>(gp + g * gb, nb, xr, lo, hi);
-          for (int t = 0; t < TS; ++t) {
-            _mm256_storeu_ps(y + g * 16 + (t0 + j0 + t) * a.ldy, lo[t]);
-            _mm256_storeu_ps(y + g * 16 + 8 + (t0 + j0 + t) * a.ldy, hi[t]);
-          }
-        };
-        const int rem = T - j0 < kPairTokens ? T - j0 : kPairTokens;
-        [&]<int... I>(std::integer_sequence<int, I...>) {
-          ((rem == I + 1 ? run.template operator()<I + 1>() : void()), ...);
-        }(std::make_integer_sequence<int, kPairTokens>{});
+    for (int j0 = 0; j0 < T; j0 += kPairTokens) {
+      const uint8_t* xr[kPairTokens];
+      for (int j = 0; j < kPairTokens && j0 + j < T; ++j)
+        xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
+      auto run = [&]<int TS>() {
+        __m256 lo[TS], hi[TS];
+        for (int t = 0; t < TS; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
+        K::template pair_pass<TS>(gp, nb, xr, lo, hi);
+        for (int t = 0; t < TS; ++t) {
+          _mm256_storeu_ps(y + (t0 + j0 + t) * a.ldy, lo[t]);
+          _mm256_storeu_ps(y + 8 + (t0 + j0 + t) * a.ldy, hi[t]);
+        }
+      };
+      const int rem = T - j0 < kPairTokens ? T - j0 : kPairTokens;
+      [&]<int... I>(std::integer_sequence<int, I...>) {
+        ((rem == I + 1 ? run.template operator()<I + 1>() : void()), ...);
       }
+      (std::make_integer_sequence<int, kPairTokens>{});
     }
     return;
   }
-  for (int g = 0; g < G; ++g) {
-    for (int h = 0; h < 2; ++h) {
-      for (int j0 = 0; j0 < T; j0 += kSubTokens) {
-        const uint8_t* xr[kSubTokens];
-        for (int j = 0; j < kSubTokens && j0 + j < T; ++j)
-          xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
-        auto run = [&]<int TS>() {
-          __m256 acc[TS];
-          for (int t = 0; t < TS; ++t) acc[t] = _mm256_setzero_ps();
-          K::template half_pass<TS>(gp + g * gb, h, nb, xr, acc);
-          for (int t = 0; t < TS; ++t) _mm256_storeu_ps(y + g * 16 + 8 * h + (t0 + j0 + t) * a.ldy, acc[t]);
-        };
-        switch (T - j0 < kSubTokens ? T - j0 : kSubTokens) {
-          case 1: run.template operator()<1>(); break;
-          case 2: run.template operator()<2>(); break;
-          case 3: run.template operator()<3>(); break;
-          default: run.template operator()<4>(); break;
-        }
+  for (int h = 0; h < 2; ++h) {
+    for (int j0 = 0; j0 < T; j0 += kSubTokens) {
+      const uint8_t* xr[kSubTokens];
+      for (int j = 0; j < kSubTokens && j0 + j < T; ++j)
+        xr[j] = static_cast<const uint8_t*>(a.x) + (t0 + j0 + j) * a.x_stride;
+      auto run = [&]<int TS>() {
+        __m256 acc[TS];
+        for (int t = 0; t < TS; ++t) acc[t] = _mm256_setzero_ps();
+        K::template half_pass<TS>(gp, h, nb, xr, acc);
+        for (int t = 0; t < TS; ++t) _mm256_storeu_ps(y + 8 * h + (t0 + j0 + t) * a.ldy, acc[t]);
+      };
+      switch (T - j0 < kSubTokens ? T - j0 : kSubTokens) {
+        case 1:
+          run.template operator()<1>();
+          break;
+        case 2:
+          run.template operator()<2>();
+          break;
+        case 3:
+          run.template operator()<3>();
+          break;
+        default:
+          run.template operator()<4>();
+          break;
       }
     }
   }
@@ -607,9 +632,8 @@ void tile(const GemmArgs& a, const uint8_t* gp, size_t gb, int64_t nb, int64_t t
 template <class K>
 void gemm_ymm(const GemmArgs& a, int64_t r0, int64_t r1) {
   const int64_t nb = K::blocks(a);
-  const size_t gb = K::group_bytes(a);
-  i16_drive(a, r0, r1, gb, [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
-    tile<K, G, T>(a, gp, gb, nb, t0, y);
+  i16_drive(a, r0, r1, K::groups(a), [&]<int G, int T>(const uint8_t* gp, int64_t t0, float* y) {
+    tile<K, G, T>(a, gp, nb, t0, y);
   });
 }
 

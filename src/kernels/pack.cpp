@@ -1,7 +1,13 @@
 // The interleaved weight layout (Layout::Interleave16): packing, and the
 // scalar reference gemm over it that the SIMD kernels are tested against.
 //
-// A group of 16 rows is stored block by block. For block b of the group:
+// A group of 16 rows is stored block by block, and the groups in pairs:
+// block b of pair p is group 2p's block b followed by group 2p + 1's (a
+// matrix of an odd number of groups ends with a lone group whose partner's
+// places are padding), so a group's blocks are two block sizes apart
+// (interleaved_driver.h's PairedBlocks: a pair's blocks are whole cache
+// lines, and decode reads both groups in one stream). For block b of a
+// group:
 //
 //   Q4_0 (288 bytes = 16 x 18):
 //     d[16]        the 16 rows' f16 scales
@@ -61,6 +67,13 @@ namespace {
 struct Packed32 {
   size_t bytes, qs, high, mins;
 };
+
+// Where block 0 of group g starts in a matrix of nb blocks per row; the
+// group's next blocks follow every 2 p.bytes (the pairs above).
+size_t group_offset(const Packed32& p, int64_t nb, int64_t g) {
+  return static_cast<size_t>(g & ~int64_t{1}) * static_cast<size_t>(nb) * p.bytes +
+         static_cast<size_t>(g & 1) * p.bytes;
+}
 constexpr Packed32 kQ4_0P{Q4_0Layout::kBlock, Q4_0Layout::kQuants, 0, 0};
 constexpr Packed32 kQ5_0P{Q5_0Layout::kBlock, Q5_0Layout::kQuants, Q5_0Layout::kHigh, 0};
 constexpr Packed32 kQ8_0P{Q8_0Layout::kBlock, Q8_0Layout::kQuants, 0, 0};
@@ -92,8 +105,8 @@ void put_fifth_bits(uint8_t* out, const Packed32& p, int r, const uint8_t* qh) {
 template <class WB, class Put>
 void pack_group(const Packed32& p, const void* src, void* dst, int64_t nb, int64_t g, Put put) {
   const auto* rows = static_cast<const WB*>(src);
-  uint8_t* out = static_cast<uint8_t*>(dst) + static_cast<size_t>(g) * static_cast<size_t>(nb) * p.bytes;
-  for (int64_t b = 0; b < nb; ++b, out += p.bytes)
+  uint8_t* out = static_cast<uint8_t*>(dst) + group_offset(p, nb, g);
+  for (int64_t b = 0; b < nb; ++b, out += 2 * p.bytes)
     for (int r = 0; r < 16; ++r) put(out, r, rows[(g * 16 + r) * nb + b]);
 }
 
@@ -196,13 +209,13 @@ void gemm_i16_scalar(const GemmArgs& a, int64_t r0, int64_t r1) {
   const int64_t nb = a.n / 32;
   const auto* w = static_cast<const uint8_t*>(a.w);
   for (int64_t g = r0 / 16; g < r1 / 16; ++g) {
-    const uint8_t* gp = w + static_cast<size_t>(g) * 16 * a.w_stride;
+    const uint8_t* gp = w + group_offset(R::kP, nb, g);
     for (int64_t t = 0; t < a.n_tok; ++t) {
       const auto* x = reinterpret_cast<const typename R::XB*>(static_cast<const uint8_t*>(a.x) + t * a.x_stride);
       for (int r = 0; r < 16; ++r) {
         float sum = 0;
         for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = gp + static_cast<size_t>(b) * R::kP.bytes;
+          const uint8_t* blk = gp + static_cast<size_t>(b) * 2 * R::kP.bytes;
           int isum = 0;
           for (int e = 0; e < 32; ++e) isum += R::q(blk, r, e) * x[b].qs[e];
           sum += static_cast<float>(isum) * (half_at(blk + 2 * r) * fp::half_to_float(x[b].d));
@@ -217,10 +230,10 @@ void gemm_i16_scalar(const GemmArgs& a, int64_t r0, int64_t r1) {
 template <class R>
 void dequantize_row_32(const void* packed, int64_t cols, int64_t r, float* dst) {
   const int64_t nb = cols / 32;
-  const auto* gp = static_cast<const uint8_t*>(packed) + static_cast<size_t>(r / 16) * static_cast<size_t>(nb) * R::kP.bytes;
+  const uint8_t* gp = static_cast<const uint8_t*>(packed) + group_offset(R::kP, nb, r / 16);
   const int row = static_cast<int>(r % 16);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gp + static_cast<size_t>(b) * R::kP.bytes;
+    const uint8_t* blk = gp + static_cast<size_t>(b) * 2 * R::kP.bytes;
     const float d = half_at(blk + 2 * row);
     const float m = R::kMins ? half_at(blk + R::kP.mins + 2 * row) : 0.0f;
     for (int e = 0; e < 32; ++e) {
@@ -233,9 +246,11 @@ void dequantize_row_32(const void* packed, int64_t cols, int64_t r, float* dst) 
 }  // namespace
 
 size_t packed_bytes(DType type, Layout layout, int64_t rows, int64_t cols) {
-  // The 32-element formats keep their size; the K formats unpack their scales.
+  // The 32-element formats keep their size, but for the padding of a lone
+  // last group (their groups go in pairs); the K formats unpack their scales.
   const size_t sb = kquant_group_sb_bytes(type);
-  if (layout == Layout::Rows || sb == 0) return row_bytes(type, cols) * static_cast<size_t>(rows);
+  if (layout == Layout::Rows) return row_bytes(type, cols) * static_cast<size_t>(rows);
+  if (sb == 0) return row_bytes(type, cols) * static_cast<size_t>((rows + 31) / 32 * 32);
   return static_cast<size_t>((rows + 15) / 16) * static_cast<size_t>(cols / kQK_K) * sb;
 }
 

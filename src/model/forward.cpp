@@ -87,15 +87,17 @@ void Forward::matmuls(std::span<const Product> products, const float* in, int T)
       pool_.run(T, one);
     }
 
-    // The run's rows as one sequence of 16-row groups (SIMD kernels that
-    // tile rows see whole tiles), products in order, handed out guided
-    // (ThreadPool::run_guided): the region does not end waiting for one
-    // thread's last large chunk.
+    // The run's rows as one sequence of 32-row units (SIMD kernels that
+    // tile rows see whole tiles; the interleaved 32-element formats' pairs
+    // of 16-row groups, which decode reads as one stream, stay whole),
+    // products in order, handed out guided (ThreadPool::run_guided): the
+    // region does not end waiting for one thread's last large chunk.
+    constexpr int64_t kUnit = 32;
     kernels::GemmArgs args[kMaxRun];
-    int64_t first_group[kMaxRun + 1];
+    int64_t first_unit[kMaxRun + 1];
     const int n_run = static_cast<int>(j - i);
     int64_t work = 0;
-    first_group[0] = 0;
+    first_unit[0] = 0;
     for (size_t k = i; k < j; ++k) {
       const TensorView& w = *products[k].w;
       kernels::GemmArgs& a = args[k - i];
@@ -109,24 +111,24 @@ void Forward::matmuls(std::span<const Product> products, const float* in, int T)
       a.y = products[k].out;
       a.ldy = w.rows;
       a.layout = w.layout;
-      first_group[k - i + 1] = first_group[k - i] + (w.rows + 15) / 16;
+      first_unit[k - i + 1] = first_unit[k - i] + (w.rows + kUnit - 1) / kUnit;
       work += static_cast<int64_t>(w.bytes()) * T;
     }
-    // Groups [g0, g1) of the run, split where one product ends.
-    auto groups = [&](int64_t g0, int64_t g1) {
-      for (int m = 0; m < n_run && g0 < g1; ++m) {
-        if (g0 >= first_group[m + 1]) continue;
-        const int64_t e = std::min(g1, first_group[m + 1]);
-        const int64_t r0 = (g0 - first_group[m]) * 16;
-        const int64_t r1 = std::min<int64_t>(args[m].ldy, (e - first_group[m]) * 16);
+    // Units [u0, u1) of the run, split where one product ends.
+    auto units = [&](int64_t u0, int64_t u1) {
+      for (int m = 0; m < n_run && u0 < u1; ++m) {
+        if (u0 >= first_unit[m + 1]) continue;
+        const int64_t e = std::min(u1, first_unit[m + 1]);
+        const int64_t r0 = (u0 - first_unit[m]) * kUnit;
+        const int64_t r1 = std::min<int64_t>(args[m].ldy, (e - first_unit[m]) * kUnit);
         if (r0 < r1) kernels::gemm(isa_, args[m], r0, r1);
-        g0 = e;
+        u0 = e;
       }
     };
     if (work < kMinParallelWork) {
-      groups(0, first_group[n_run]);
+      units(0, first_unit[n_run]);
     } else {
-      pool_.run_guided(first_group[n_run], [&](int64_t g0, int64_t g1, int) { groups(g0, g1); });
+      pool_.run_guided(first_unit[n_run], [&](int64_t u0, int64_t u1, int) { units(u0, u1); });
     }
     i = j;
   }

@@ -71,30 +71,36 @@ Result<uint64_t> Model::pack_for(kernels::Isa isa, ThreadPool& pool) {
   uint8_t* dst = packed.data();
   std::atomic<bool> failed{false};
   for (TensorView* t : todo) {
-    const int64_t groups = t->rows / 16;
+    // In units of two 16-row groups (the 32-element formats store their
+    // groups in pairs, pack.cpp); a last unit of one group if the count is odd.
+    const int64_t groups = t->rows / 16, units = (groups + 1) / 2;
     const TensorView src = *t;
     const uint64_t file_off = static_cast<uint64_t>(src.data - file.mapping().data());
-    const size_t group_bytes = 16 * src.row_bytes;
-    const size_t packed_group = kernels::packed_bytes(src.type, kernels::Layout::Interleave16, 16, src.cols);
+    const size_t unit_bytes = 32 * src.row_bytes;
+    const size_t packed_unit =
+        kernels::packed_bytes(src.type, kernels::Layout::Interleave16, 32, src.cols);
     pool.run(pool.size(), [&](int task, int) {
-      const int64_t per = (groups + pool.size() - 1) / pool.size();
-      const int64_t g0 = task * per, g1 = std::min(groups, g0 + per);
-      std::vector<uint8_t> rows(group_bytes);  // one group of rows, read from the file
-      for (int64_t g = g0; g < g1 && !failed.load(); ++g) {
+      const int64_t per = (units + pool.size() - 1) / pool.size();
+      const int64_t u0 = task * per, u1 = std::min(units, u0 + per);
+      std::vector<uint8_t> rows(unit_bytes);  // one unit of rows, read from the file
+      for (int64_t u = u0; u < u1 && !failed.load(); ++u) {
+        const int64_t n_rows = std::min<int64_t>(32, 16 * groups - 32 * u);
+        const size_t want = static_cast<size_t>(n_rows) * src.row_bytes;
         size_t got = 0;
-        while (got < group_bytes) {
-          const ssize_t n = ::pread(fd, rows.data() + got, group_bytes - got,
-                                    static_cast<off_t>(file_off + static_cast<uint64_t>(g) * group_bytes + got));
+        while (got < want) {
+          const ssize_t n =
+              ::pread(fd, rows.data() + got, want - got,
+                      static_cast<off_t>(file_off + static_cast<uint64_t>(u) * unit_bytes + got));
           if (n <= 0) {
             failed.store(true);
             return;
           }
           got += static_cast<size_t>(n);
         }
-        // Packed groups follow one another: group g of the matrix is "group 0"
-        // of these 16 rows, placed at its offset.
-        kernels::pack_rows(src.type, kernels::Layout::Interleave16, rows.data(), dst + static_cast<size_t>(g) * packed_group,
-                           src.cols, 0, 16);
+        // Packed units follow one another: unit u of the matrix is rows
+        // [0, n_rows) of a matrix of these rows, placed at its offset.
+        kernels::pack_rows(src.type, kernels::Layout::Interleave16, rows.data(),
+                           dst + static_cast<size_t>(u) * packed_unit, src.cols, 0, n_rows);
       }
     });
     if (failed.load()) break;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <random>
 #include <vector>
@@ -89,6 +90,29 @@ TEST(Interleaved, Q4_0PackingIsAPermutationOfTheBytes) {
   for (uint8_t b : w) hist_w[b]++;
   for (uint8_t b : p) hist_p[b]++;
   EXPECT_EQ(hist_w, hist_p);
+}
+
+// The 32-element formats' groups go in pairs, block by block: block b of
+// group g starts at (2 nb (g / 2) + 2b + g % 2) x 288 bytes for Q4_0 (nb
+// blocks per row), its 16 rows' scales first; a lone last group (48 rows)
+// keeps the same places, its partner's left as padding.
+TEST(Interleaved, Q4_0GroupsArePairedBlockByBlock) {
+  std::mt19937 rng(6);
+  const int64_t rows = 48, cols = 64, nb = 2;
+  const auto w = random_matrix(DType::Q4_0, rows, cols, rng);
+  const auto p = pack(DType::Q4_0, w, rows, cols);
+  ASSERT_EQ(p.size(), static_cast<size_t>(2 * nb * 288 * 2));
+  const auto* blocks = reinterpret_cast<const BlockQ4_0*>(w.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t g = r / 16;
+    for (int64_t b = 0; b < nb; ++b) {
+      const size_t at =
+          static_cast<size_t>((2 * nb * (g / 2) + 2 * b + g % 2) * 288 + 2 * (r % 16));
+      uint16_t d;
+      std::memcpy(&d, p.data() + at, 2);
+      EXPECT_EQ(d, blocks[r * nb + b].d) << "row " << r << " block " << b;
+    }
+  }
 }
 
 // Compares every ISA's interleaved gemm with the scalar row-layout gemm on
@@ -234,15 +258,19 @@ TEST(Interleaved, ReportsNeonI8mm) {
 #endif
 }
 
-// The 32-element formats keep their size; the K formats' unpacked scales cost 64 bytes per
-// group and super-block (Q4_K, Q5_K) or nothing (Q6_K).
+// The 32-element formats keep their size, but for a lone last group, padded
+// to a pair; the K formats' unpacked scales cost 64 bytes per group and
+// super-block (Q4_K, Q5_K) or nothing (Q6_K).
 TEST(Interleaved, PackedSizes) {
   for (DType t : packed_types()) EXPECT_EQ(packed_bytes(t, Layout::Rows, 48, 1536), row_bytes(t, 1536) * 48);
-  EXPECT_EQ(packed_bytes(DType::Q4_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_0, 1536) * 48);
-  EXPECT_EQ(packed_bytes(DType::Q8_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q8_0, 1536) * 48);
-  EXPECT_EQ(packed_bytes(DType::Q5_0, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_0, 1536) * 48);
-  EXPECT_EQ(packed_bytes(DType::Q4_1, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_1, 1536) * 48);
-  EXPECT_EQ(packed_bytes(DType::Q5_1, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_1, 1536) * 48);
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q5_0, DType::Q4_1, DType::Q5_1}) {
+    EXPECT_EQ(packed_bytes(t, Layout::Interleave16, 64, 1536), row_bytes(t, 1536) * 64)
+        << dtype_name(t);
+    EXPECT_EQ(packed_bytes(t, Layout::Interleave16, 48, 1536), row_bytes(t, 1536) * 64)
+        << dtype_name(t);
+    EXPECT_EQ(packed_bytes(t, Layout::Interleave16, 16, 1536), row_bytes(t, 1536) * 32)
+        << dtype_name(t);
+  }
   EXPECT_EQ(packed_bytes(DType::Q4_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_K, 1536) * 48 + 3 * 6 * 64);
   EXPECT_EQ(packed_bytes(DType::Q5_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_K, 1536) * 48 + 3 * 6 * 64);
   EXPECT_EQ(packed_bytes(DType::Q6_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q6_K, 1536) * 48);
