@@ -6,7 +6,7 @@
 //   tile.template operator()<G, T>(const uint8_t* gp, int64_t t0, float* y)
 //     // G groups of 16 rows from gp, tokens [t0, t0 + T), y = the output
 //     // column of the first row of the first group. G is 2 only for both
-//     // groups of a pair (PairedBlocks) and one token: the second group's
+//     // groups of a pair (GroupBlocks::kPaired) and one token: the second group's
 //     // blocks start F::kBlock after the first's.
 //
 // Loop order: decode (one token) takes one group, or one pair of a paired
@@ -53,22 +53,28 @@ inline int32_t i16_start(const uint8_t* act_row, int64_t nb, int64_t b) {
   }
 }
 
-// The 32-element formats store their 16-row groups in pairs (pack.cpp):
-// block b of pair p is group 2p's block b (kBlock bytes) followed by group
+// A 32-element format's blocks of a 16-row group: kBlock bytes each, kStep
+// apart. The 4- and 5-bit formats store their groups in pairs (kPaired,
+// pack.cpp): block b of pair p is group 2p's block b followed by group
 // 2p + 1's, so one group's blocks are kStep = 2 kBlock apart, its partner's
 // start kBlock after its own, and a pair's blocks form one stream of whole
 // cache lines (Q4_0 576 bytes, 9 lines; a lone group's 288 would start half
-// of its blocks mid-line).
-template <size_t kBlockBytes>
-struct PairedBlocks {
+// of its blocks mid-line) that decode reads for 32 rows at once. Q8_0 keeps
+// its groups one after another: paired, its decode gained 2-3% but its
+// prompt tiles (one group at a time over a stream whose every other block
+// is the partner's) lost 8-12% (bench/decode_bench.cpp, AVX-512 and
+// AVX-VNNI, alternated runs on a busy machine).
+template <size_t kBlockBytes, bool kPairs>
+struct GroupBlocks {
   static constexpr size_t kBlock = kBlockBytes;
-  static constexpr size_t kStep = 2 * kBlockBytes;
+  static constexpr bool kPaired = kPairs;
+  static constexpr size_t kStep = kPairs ? 2 * kBlockBytes : kBlockBytes;
 };
 
 // Q4_0 / Q8_0: bytes of one block of a 16-row group, and the activation
 // bytes that meet quant vector c (Q4_0: 4c.. for the low nibbles c < 4,
 // 16 + 4(c - 4).. for the high ones).
-struct Q4_0Layout : PairedBlocks<16 * sizeof(BlockQ4_0)> {
+struct Q4_0Layout : GroupBlocks<16 * sizeof(BlockQ4_0), true> {
   static constexpr int32_t kOffset = 8;  // read as unsigned nibbles
   static constexpr size_t kQuants = 32;
   static constexpr int act_offset(int c) { return c < 4 ? 4 * c : 16 + 4 * (c - 4); }
@@ -77,20 +83,20 @@ struct Q4_0Layout : PairedBlocks<16 * sizeof(BlockQ4_0)> {
 // per byte of a chunk (byte 4r + j of the 64 at kHigh: row r, position j;
 // bit c for the low nibble of chunk c, bit 4 + c for the high one). x86
 // reads q (0..31) unsigned; NEON q - 16, signed.
-struct Q5_0Layout : PairedBlocks<16 * sizeof(BlockQ5_0)> {
+struct Q5_0Layout : GroupBlocks<16 * sizeof(BlockQ5_0), true> {
   static constexpr size_t kQuants = 32, kHigh = 32 + 4 * 64;
   static constexpr int32_t kOffset = 16;
   static constexpr int act_offset(int c) { return Q4_0Layout::act_offset(c); }
 };
 // Q4_1 and Q5_1: the scales d[16], the minimums m[16], then Q4_0's chunks
 // (and Q5_1 Q5_0's fifth bits). Activations are Q8_1 rows.
-struct Q4_1Layout : PairedBlocks<16 * sizeof(BlockQ4_1)> {
+struct Q4_1Layout : GroupBlocks<16 * sizeof(BlockQ4_1), true> {
   static constexpr size_t kMinsAt = 32, kQuants = 64;
 };
-struct Q5_1Layout : PairedBlocks<16 * sizeof(BlockQ5_1)> {
+struct Q5_1Layout : GroupBlocks<16 * sizeof(BlockQ5_1), true> {
   static constexpr size_t kMinsAt = 32, kQuants = 64, kHigh = 64 + 4 * 64;
 };
-struct Q8_0Layout : PairedBlocks<16 * sizeof(BlockQ8_0)> {
+struct Q8_0Layout : GroupBlocks<16 * sizeof(BlockQ8_0), false> {
   static constexpr size_t kQuants = 32;
   static constexpr int32_t kOffset = kQ8_0PackedBias;  // x86 128, ARM 0
   static constexpr int act_offset(int c) { return 4 * c; }
@@ -130,7 +136,7 @@ inline void i16_tail(Tile& tile, const uint8_t* gp, int64_t t0, int64_t rem, flo
 }
 
 // Where a matrix's 16-row groups start: one after another, group_bytes
-// apart (the K formats), or kPaired (the 32-element formats, PairedBlocks):
+// apart (the K formats and Q8_0), or kPaired (GroupBlocks):
 // pair p at 2p x group_bytes, its odd group `partner` bytes after its even
 // one.
 template <bool kPaired>
@@ -146,6 +152,12 @@ struct Groups {
     }
   }
 };
+
+// The groups of a matrix of a 32-element format F.
+template <class F>
+Groups<F::kPaired> groups_of(const GemmArgs& a) {
+  return {16 * a.w_stride, F::kPaired ? F::kBlock : 0};
+}
 
 // Rows [r0, r1) (multiples of 16) of the matrix at w, its groups placed as
 // `groups` says.

@@ -24,13 +24,20 @@ using namespace neon;
 constexpr int kPrefetch = 8;    // blocks ahead in the weight stream
 constexpr int kSubTokens = 4;   // tokens per pass over a quarter's quants
 
-// The lines of the G groups' block kPrefetch blocks past blk in the stream
-// (G = 2: a pair's, whole lines), into L1, each line once over the stream.
+// The block kPrefetch blocks past blk in the stream, into L1: a pair's
+// (G = 2) whole lines, each line once over the stream; one group's block
+// every 64 bytes from its start (the x86 kernels do the same; an odd
+// group's block starts mid-line, interleaved_avx512.cpp's tile).
 template <class F, int G = 1>
 inline void prefetch_block(const uint8_t* blk) {
-  const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk + kPrefetch * F::kStep);
-  for (uintptr_t l = (ahead + 63) & ~uintptr_t{63}; l < ahead + G * F::kBlock; l += 64)
-    __builtin_prefetch(reinterpret_cast<const char*>(l), 0, 3);
+  if constexpr (G == 2) {
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk + kPrefetch * F::kStep);
+    for (uintptr_t l = (ahead + 63) & ~uintptr_t{63}; l < ahead + G * F::kBlock; l += 64)
+      __builtin_prefetch(reinterpret_cast<const char*>(l), 0, 3);
+  } else {
+    const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kStep);
+    for (size_t off = 0; off < F::kBlock; off += 64) __builtin_prefetch(ahead + off, 0, 3);
+  }
 }
 
 // Eight quant vectors of one quarter of a packed block: q[i] for i < 4 meets
@@ -69,7 +76,7 @@ inline __attribute__((always_inline)) void load_five_bits(const uint8_t* blk, in
 }
 
 // A format as the passes below read it: kBlock bytes per block of a group,
-// kStep from one block of a group to its next (PairedBlocks),
+// kStep from one block of a group to its next (GroupBlocks),
 // load() its quant vectors, which exceed the true quants by kOffset (the
 // sum starts from -kOffset x the activations' sum, i16_start), XB the
 // activation block; kHasMins: Q4_1/Q5_1's minimums m, whose term is m x the
@@ -83,6 +90,7 @@ struct NibbleQuarter {
   using L = Lay;
   using XB = X;
   static constexpr size_t kBlock = L::kBlock, kStep = L::kStep;
+  static constexpr bool kPaired = L::kPaired;
   static constexpr int32_t kOffset = kOff;
   static constexpr bool kHasMins = std::is_same_v<X, BlockQ8_1>;
   static inline __attribute__((always_inline)) void load(const uint8_t* blk, int k, int8x16_t (&q)[8]) {
@@ -105,6 +113,7 @@ using Q5_1Quarter = NibbleQuarter<Q5_1Layout, true, -16, BlockQ8_1>;
 
 struct Q8_0Quarter {
   static constexpr size_t kBlock = Q8_0Layout::kBlock, kStep = Q8_0Layout::kStep;
+  static constexpr bool kPaired = Q8_0Layout::kPaired;
   static constexpr int32_t kOffset = 0;
   static constexpr bool kHasMins = false;
   using XB = BlockQ8_0;
@@ -251,7 +260,7 @@ void gemm_i16(const GemmArgs& a, int64_t r0, int64_t r1) {
   if constexpr (kSuper) {
     i16_drive(a, r0, r1, Groups<false>{static_cast<size_t>(nb) * F::kBytes}, tile);
   } else {
-    i16_drive(a, r0, r1, Groups<true>{16 * a.w_stride, F::kBlock}, tile);  // PairedBlocks
+    i16_drive(a, r0, r1, groups_of<F>(a), tile);
   }
 }
 

@@ -209,15 +209,22 @@ template <class F>
 struct Legacy {
   static constexpr int kPrefetch = 8;  // blocks ahead in the weight stream
   static int64_t blocks(const GemmArgs& a) { return a.n / 32; }
-  static Groups<true> groups(const GemmArgs& a) { return {16 * a.w_stride, F::kBlock}; }
+  static Groups<F::kPaired> groups(const GemmArgs& a) { return groups_of<F>(a); }
 
-  // The lines of the G groups' block kPrefetch blocks past blk in the
-  // stream (G = 2: a pair's, whole lines), each line once over the stream.
-  template <int G = 1>
-  static inline __attribute__((always_inline)) void prefetch(const uint8_t* blk) {
+  // Decode (whole_pass): the lines of the G groups' block kPrefetch blocks
+  // past blk in the stream (G = 2: a pair's, whole lines), each line once
+  // over the stream.
+  template <int G>
+  static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t* blk) {
     const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk + kPrefetch * F::kStep);
     for (uintptr_t l = (ahead + 63) & ~uintptr_t{63}; l < ahead + G * F::kBlock; l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
+  }
+  // Prompt passes: every 64 bytes of one group's block kPrefetch blocks
+  // ahead from its start (interleaved_avx512.cpp's tile says why).
+  static inline __attribute__((always_inline)) void prefetch(const uint8_t* blk) {
+    const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kStep);
+    for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
   }
 
   // Tokens xr[0..TS) against half h of one group, accumulated into acc over every block.
@@ -286,7 +293,7 @@ struct Legacy {
                                                                __m256 (&lo)[G], __m256 (&hi)[G]) {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = gp + static_cast<size_t>(b) * F::kStep;
-      prefetch<G>(blk);
+      prefetch_lines<G>(blk);
       for (int g = 0; g < G; ++g) {
         __m256 l[1] = {lo[g]}, h[1] = {hi[g]};
         block<1>(blk + g * F::kBlock, 0, b, nb, xr, l);

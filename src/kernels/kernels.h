@@ -59,9 +59,9 @@ void quantize_activation(Isa isa, DType weight_type, const float* x, void* dst, 
 //     vector holds four consecutive elements of each of the 16 rows (the order
 //     vpdpbusd consumes; NEON's sdot by lane takes each 16 bytes of it as four
 //     rows' four elements). A group of 16 rows holds exactly the bytes of those
-//     16 rows; the 32-element formats store groups in pairs, block by block
-//     (one stream of whole cache lines, which decode reads for 32 rows at
-//     once), a lone last group padded to a pair. Packed once at load
+//     16 rows; the 4- and 5-bit formats store groups in pairs, block by
+//     block (one stream of whole cache lines, which decode reads for 32 rows
+//     at once), a lone last group padded to a pair. Packed once at load
 //     (pack_rows); see pack.cpp for the byte-level layout.
 enum class Layout : uint8_t { Rows = 0, Interleave16 = 1 };
 
@@ -89,9 +89,9 @@ void gemm(Isa isa, const GemmArgs& a, int64_t r0, int64_t r1);
 // weight vector across tokens without per-block float work), else Rows.
 Layout preferred_layout(Isa isa, DType type, int64_t rows, int64_t cols);
 // Bytes of a rows x cols matrix of `type` in `layout` (Rows: the file's
-// size; Interleave16: the same for the 32-element formats but rows rounded
-// up to 32, the pairs of groups; formats whose packed form unpacks scales
-// may take a little more).
+// size; Interleave16: the same for the 32-element formats, the 4- and
+// 5-bit ones' rows rounded up to 32, the pairs of groups; formats whose
+// packed form unpacks scales may take a little more).
 size_t packed_bytes(DType type, Layout layout, int64_t rows, int64_t cols);
 // Rearranges rows [r0, r1) (multiples of 16) of a GGUF-layout matrix with
 // `cols` elements per row into `layout`; dst holds packed_bytes(type,

@@ -1,13 +1,13 @@
 // The interleaved weight layout (Layout::Interleave16): packing, and the
 // scalar reference gemm over it that the SIMD kernels are tested against.
 //
-// A group of 16 rows is stored block by block, and the groups in pairs:
-// block b of pair p is group 2p's block b followed by group 2p + 1's (a
-// matrix of an odd number of groups ends with a lone group whose partner's
-// places are padding), so a group's blocks are two block sizes apart
-// (interleaved_driver.h's PairedBlocks: a pair's blocks are whole cache
-// lines, and decode reads both groups in one stream). For block b of a
-// group:
+// A group of 16 rows is stored block by block. The 4- and 5-bit formats
+// store the groups in pairs: block b of pair p is group 2p's block b
+// followed by group 2p + 1's (a matrix of an odd number of groups ends with
+// a lone group whose partner's places are padding), so a group's blocks are
+// two block sizes apart (interleaved_driver.h's GroupBlocks: a pair's
+// blocks are whole cache lines, and decode reads both groups in one
+// stream); Q8_0's groups follow one another. For block b of a group:
 //
 //   Q4_0 (288 bytes = 16 x 18):
 //     d[16]        the 16 rows' f16 scales
@@ -64,21 +64,46 @@ namespace {
 // Bytes of one block of a 16-row group; where the quants (qs), the fifth
 // bits (high) and the minimums (mins) start in it: the layouts the kernels
 // read (interleaved_driver.h).
+// step: from one block of a group to its next (GroupBlocks::kStep).
 struct Packed32 {
-  size_t bytes, qs, high, mins;
+  size_t bytes, qs, high, mins, step;
 };
 
-// Where block 0 of group g starts in a matrix of nb blocks per row; the
-// group's next blocks follow every 2 p.bytes (the pairs above).
+// Where block 0 of group g starts in a matrix of nb blocks per row (in
+// pairs, the groups above, when step is two blocks).
 size_t group_offset(const Packed32& p, int64_t nb, int64_t g) {
+  if (p.step == p.bytes) return static_cast<size_t>(g) * static_cast<size_t>(nb) * p.bytes;
   return static_cast<size_t>(g & ~int64_t{1}) * static_cast<size_t>(nb) * p.bytes +
          static_cast<size_t>(g & 1) * p.bytes;
 }
-constexpr Packed32 kQ4_0P{Q4_0Layout::kBlock, Q4_0Layout::kQuants, 0, 0};
-constexpr Packed32 kQ5_0P{Q5_0Layout::kBlock, Q5_0Layout::kQuants, Q5_0Layout::kHigh, 0};
-constexpr Packed32 kQ8_0P{Q8_0Layout::kBlock, Q8_0Layout::kQuants, 0, 0};
-constexpr Packed32 kQ4_1P{Q4_1Layout::kBlock, Q4_1Layout::kQuants, 0, Q4_1Layout::kMinsAt};
-constexpr Packed32 kQ5_1P{Q5_1Layout::kBlock, Q5_1Layout::kQuants, Q5_1Layout::kHigh, Q5_1Layout::kMinsAt};
+template <class L>
+constexpr Packed32 packed32(size_t qs, size_t high, size_t mins) {
+  return {L::kBlock, qs, high, mins, L::kStep};
+}
+constexpr Packed32 kQ4_0P = packed32<Q4_0Layout>(Q4_0Layout::kQuants, 0, 0);
+constexpr Packed32 kQ5_0P = packed32<Q5_0Layout>(Q5_0Layout::kQuants, Q5_0Layout::kHigh, 0);
+constexpr Packed32 kQ8_0P = packed32<Q8_0Layout>(Q8_0Layout::kQuants, 0, 0);
+constexpr Packed32 kQ4_1P = packed32<Q4_1Layout>(Q4_1Layout::kQuants, 0, Q4_1Layout::kMinsAt);
+constexpr Packed32 kQ5_1P =
+    packed32<Q5_1Layout>(Q5_1Layout::kQuants, Q5_1Layout::kHigh, Q5_1Layout::kMinsAt);
+
+// Whether type's groups go in pairs (GroupBlocks::kPaired).
+bool paired_groups(DType type) {
+  switch (type) {
+    case DType::Q4_0:
+      return Q4_0Layout::kPaired;
+    case DType::Q5_0:
+      return Q5_0Layout::kPaired;
+    case DType::Q4_1:
+      return Q4_1Layout::kPaired;
+    case DType::Q5_1:
+      return Q5_1Layout::kPaired;
+    case DType::Q8_0:
+      return Q8_0Layout::kPaired;
+    default:
+      return false;
+  }
+}
 
 // Row r's scale and nibble bytes of one block.
 void put_nibbles(uint8_t* out, const Packed32& p, int r, const uint16_t& d, const uint8_t* qs) {
@@ -106,7 +131,7 @@ template <class WB, class Put>
 void pack_group(const Packed32& p, const void* src, void* dst, int64_t nb, int64_t g, Put put) {
   const auto* rows = static_cast<const WB*>(src);
   uint8_t* out = static_cast<uint8_t*>(dst) + group_offset(p, nb, g);
-  for (int64_t b = 0; b < nb; ++b, out += 2 * p.bytes)
+  for (int64_t b = 0; b < nb; ++b, out += p.step)
     for (int r = 0; r < 16; ++r) put(out, r, rows[(g * 16 + r) * nb + b]);
 }
 
@@ -215,7 +240,7 @@ void gemm_i16_scalar(const GemmArgs& a, int64_t r0, int64_t r1) {
       for (int r = 0; r < 16; ++r) {
         float sum = 0;
         for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = gp + static_cast<size_t>(b) * 2 * R::kP.bytes;
+          const uint8_t* blk = gp + static_cast<size_t>(b) * R::kP.step;
           int isum = 0;
           for (int e = 0; e < 32; ++e) isum += R::q(blk, r, e) * x[b].qs[e];
           sum += static_cast<float>(isum) * (half_at(blk + 2 * r) * fp::half_to_float(x[b].d));
@@ -233,7 +258,7 @@ void dequantize_row_32(const void* packed, int64_t cols, int64_t r, float* dst) 
   const uint8_t* gp = static_cast<const uint8_t*>(packed) + group_offset(R::kP, nb, r / 16);
   const int row = static_cast<int>(r % 16);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gp + static_cast<size_t>(b) * 2 * R::kP.bytes;
+    const uint8_t* blk = gp + static_cast<size_t>(b) * R::kP.step;
     const float d = half_at(blk + 2 * row);
     const float m = R::kMins ? half_at(blk + R::kP.mins + 2 * row) : 0.0f;
     for (int e = 0; e < 32; ++e) {
@@ -247,10 +272,13 @@ void dequantize_row_32(const void* packed, int64_t cols, int64_t r, float* dst) 
 
 size_t packed_bytes(DType type, Layout layout, int64_t rows, int64_t cols) {
   // The 32-element formats keep their size, but for the padding of a lone
-  // last group (their groups go in pairs); the K formats unpack their scales.
+  // last group where groups go in pairs; the K formats unpack their scales.
   const size_t sb = kquant_group_sb_bytes(type);
   if (layout == Layout::Rows) return row_bytes(type, cols) * static_cast<size_t>(rows);
-  if (sb == 0) return row_bytes(type, cols) * static_cast<size_t>((rows + 31) / 32 * 32);
+  if (sb == 0) {
+    const int64_t unit = paired_groups(type) ? 32 : 1;
+    return row_bytes(type, cols) * static_cast<size_t>((rows + unit - 1) / unit * unit);
+  }
   return static_cast<size_t>((rows + 15) / 16) * static_cast<size_t>(cols / kQK_K) * sb;
 }
 

@@ -115,6 +115,25 @@ TEST(Interleaved, Q4_0GroupsArePairedBlockByBlock) {
   }
 }
 
+// Q8_0's groups follow one another (its prompt tiles read one group's
+// blocks as one stream; interleaved_driver.h's GroupBlocks).
+TEST(Interleaved, Q8_0GroupsFollowOneAnother) {
+  std::mt19937 rng(7);
+  const int64_t rows = 48, cols = 64, nb = 2;
+  const auto w = random_matrix(DType::Q8_0, rows, cols, rng);
+  const auto p = pack(DType::Q8_0, w, rows, cols);
+  ASSERT_EQ(p.size(), static_cast<size_t>(rows / 16 * nb * 544));
+  const auto* blocks = reinterpret_cast<const BlockQ8_0*>(w.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const size_t at = static_cast<size_t>((nb * (r / 16) + b) * 544 + 2 * (r % 16));
+      uint16_t d;
+      std::memcpy(&d, p.data() + at, 2);
+      EXPECT_EQ(d, blocks[r * nb + b].d) << "row " << r << " block " << b;
+    }
+  }
+}
+
 // Compares every ISA's interleaved gemm with the scalar row-layout gemm on
 // rows [16, rows) (or all of a single group) for several token counts.
 void expect_matches_rows(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols, std::mt19937& rng) {
@@ -263,7 +282,8 @@ TEST(Interleaved, ReportsNeonI8mm) {
 // super-block (Q4_K, Q5_K) or nothing (Q6_K).
 TEST(Interleaved, PackedSizes) {
   for (DType t : packed_types()) EXPECT_EQ(packed_bytes(t, Layout::Rows, 48, 1536), row_bytes(t, 1536) * 48);
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q5_0, DType::Q4_1, DType::Q5_1}) {
+  // Groups in pairs: a lone last group is padded to a pair.
+  for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1}) {
     EXPECT_EQ(packed_bytes(t, Layout::Interleave16, 64, 1536), row_bytes(t, 1536) * 64)
         << dtype_name(t);
     EXPECT_EQ(packed_bytes(t, Layout::Interleave16, 48, 1536), row_bytes(t, 1536) * 64)
@@ -271,6 +291,8 @@ TEST(Interleaved, PackedSizes) {
     EXPECT_EQ(packed_bytes(t, Layout::Interleave16, 16, 1536), row_bytes(t, 1536) * 32)
         << dtype_name(t);
   }
+  EXPECT_EQ(packed_bytes(DType::Q8_0, Layout::Interleave16, 48, 1536),
+            row_bytes(DType::Q8_0, 1536) * 48);
   EXPECT_EQ(packed_bytes(DType::Q4_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q4_K, 1536) * 48 + 3 * 6 * 64);
   EXPECT_EQ(packed_bytes(DType::Q5_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q5_K, 1536) * 48 + 3 * 6 * 64);
   EXPECT_EQ(packed_bytes(DType::Q6_K, Layout::Interleave16, 48, 1536), row_bytes(DType::Q6_K, 1536) * 48);
