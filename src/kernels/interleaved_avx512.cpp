@@ -145,9 +145,10 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
         request_weights<T>(reinterpret_cast<const char*>(l));
     } else {
       // Prompt tiles: every 64 bytes of the block kPrefetch<T> blocks ahead
-      // from its start (a lone group's blocks are not one stream of lines:
-      // counting lines as above leaves out the line an odd group's block
-      // starts in, and measured 4-7% slower, bm_gemm_i16_prompt AVX-512).
+      // from its start, as before the pairing. One group's blocks are not
+      // one stream of lines: counting lines as above leaves out the line an
+      // odd group's block starts in. (bm_gemm_i16_prompt on a busy host
+      // could not tell the two forms apart beyond its noise.)
       const char* ahead =
           reinterpret_cast<const char*>(gp + static_cast<size_t>(b + kPrefetch<T>) * F::kStep);
       for (size_t off = 0; off < F::kBlock; off += 64) request_weights<T>(ahead + off);

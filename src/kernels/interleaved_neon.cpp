@@ -26,10 +26,9 @@
 //
 // The loop nest around the tiles is interleaved_driver.h's: decode takes
 // all 16 rows of a group, or 32 of a pair, per pass (one sequential weight
-// stream); prompts
-// take a quarter of a group at a time for up to four tokens, so a quarter's
-// eight decoded vectors stay in registers while every token of the sub-tile
-// uses them.
+// stream); prompts take a quarter of a group at a time for up to four
+// tokens, so a quarter's eight decoded vectors stay in registers while
+// every token of the sub-tile uses them.
 #include <arm_neon.h>
 
 #if defined(__linux__)
