@@ -143,14 +143,15 @@ template <bool kPaired>
 struct Groups {
   size_t group_bytes;
   size_t partner = 0;
-  const uint8_t* at(const uint8_t* w, int64_t g) const {
+  size_t offset(int64_t g) const {
     if constexpr (kPaired) {
-      return w + static_cast<size_t>(g & ~int64_t{1}) * group_bytes +
+      return static_cast<size_t>(g & ~int64_t{1}) * group_bytes +
              static_cast<size_t>(g & 1) * partner;
     } else {
-      return w + static_cast<size_t>(g) * group_bytes;
+      return static_cast<size_t>(g) * group_bytes;
     }
   }
+  const uint8_t* at(const uint8_t* w, int64_t g) const { return w + offset(g); }
 };
 
 // The groups of a matrix of a 32-element format F.

@@ -72,9 +72,9 @@ struct Packed32 {
 // Where block 0 of group g starts in a matrix of nb blocks per row (in
 // pairs, the groups above, when step is two blocks).
 size_t group_offset(const Packed32& p, int64_t nb, int64_t g) {
-  if (p.step == p.bytes) return static_cast<size_t>(g) * static_cast<size_t>(nb) * p.bytes;
-  return static_cast<size_t>(g & ~int64_t{1}) * static_cast<size_t>(nb) * p.bytes +
-         static_cast<size_t>(g & 1) * p.bytes;
+  const size_t group_bytes = static_cast<size_t>(nb) * p.bytes;
+  if (p.step == p.bytes) return Groups<false>{group_bytes}.offset(g);
+  return Groups<true>{group_bytes, p.bytes}.offset(g);
 }
 template <class L>
 constexpr Packed32 packed32(size_t qs, size_t high, size_t mins) {
