@@ -139,10 +139,7 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
     if constexpr (T == 1) {
       // Decode: the lines of the tile's blocks (a pair's: whole lines)
       // kPrefetch<T> blocks ahead in the group's stream, each line once.
-      const uintptr_t ahead =
-          reinterpret_cast<uintptr_t>(gp + static_cast<size_t>(b + kPrefetch<T>) * F::kStep);
-      for (uintptr_t l = (ahead + 63) & ~uintptr_t{63}; l < ahead + G * F::kBlock; l += 64)
-        request_weights<T>(reinterpret_cast<const char*>(l));
+      prefetch_lines<G * F::kBlock, 0>(gp + static_cast<size_t>(b + kPrefetch<T>) * F::kStep);
     } else {
       // Prompt tiles: every 64 bytes of the block kPrefetch<T> blocks ahead
       // from its start, as before the pairing. One group's blocks are not

@@ -31,9 +31,7 @@ constexpr int kSubTokens = 4;   // tokens per pass over a quarter's quants
 template <class F, int G = 1>
 inline void prefetch_block(const uint8_t* blk) {
   if constexpr (G == 2) {
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk + kPrefetch * F::kStep);
-    for (uintptr_t l = (ahead + 63) & ~uintptr_t{63}; l < ahead + G * F::kBlock; l += 64)
-      __builtin_prefetch(reinterpret_cast<const char*>(l), 0, 3);
+    prefetch_lines<G * F::kBlock, 3>(blk + kPrefetch * F::kStep);
   } else {
     const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kStep);
     for (size_t off = 0; off < F::kBlock; off += 64) __builtin_prefetch(ahead + off, 0, 3);
@@ -180,6 +178,10 @@ void decode_group(const uint8_t* gp, int64_t nb, const uint8_t* xr, float* y) {
       int8x16_t q[8];
       F::load(gb, i % 4, q);
       acc[i / 4][i % 4] = block_fma<F>(acc[i / 4][i % 4], dot8(s0, q, lo, hi), gb, i % 4, xb[b]);
+      // The second group's loads after the first group's sums: hoisted
+      // above them, 16 quant vectors and 8 accumulators outgrow the 32
+      // registers and GCC spills accumulators every block.
+      if (G == 2 && i == 3) asm volatile("" ::: "memory");
     }
   }
 #pragma GCC unroll 8

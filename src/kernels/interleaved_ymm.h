@@ -216,9 +216,7 @@ struct Legacy {
   // over the stream.
   template <int G>
   static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t* blk) {
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk + kPrefetch * F::kStep);
-    for (uintptr_t l = (ahead + 63) & ~uintptr_t{63}; l < ahead + G * F::kBlock; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
+    kernels::prefetch_lines<G * F::kBlock, 3>(blk + kPrefetch * F::kStep);
   }
   // Prompt passes: every 64 bytes of one group's block kPrefetch blocks
   // ahead from its start (interleaved_avx512.cpp's tile says why).
