@@ -128,13 +128,14 @@ struct Q6KLayout {
 // A multiple of 64 (a pair's block in the paired formats: Q4_0 576 bytes)
 // holds exactly kBytes / 64 line starts wherever it begins: a fixed count,
 // which unrolls (a loop's compare and branch per line were a third of the
-// prefetch's instructions). Not a callback: GCC 12 dropped _mm_prefetch
-// called from a lambda passed here.
-template <size_t kBytes, int kLocality>
+// prefetch's instructions); kUnroll false keeps the loop. Not a callback:
+// GCC 12 dropped _mm_prefetch called from a lambda passed here.
+template <size_t kBytes, int kLocality, bool kUnroll = kBytes % 64 == 0>
 inline __attribute__((always_inline)) void prefetch_lines(const uint8_t* ahead) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(ahead);
   const uintptr_t first = (a + 63) & ~uintptr_t{63};
-  if constexpr (kBytes % 64 == 0) {
+  if constexpr (kUnroll) {
+    static_assert(kBytes % 64 == 0);
 #pragma GCC unroll 16
     for (size_t i = 0; i < kBytes / 64; ++i)
       __builtin_prefetch(reinterpret_cast<const char*>(first + 64 * i), 0, kLocality);

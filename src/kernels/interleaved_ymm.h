@@ -213,10 +213,12 @@ struct Legacy {
 
   // Decode (whole_pass): the lines of the G groups' block kPrefetch blocks
   // past blk in the stream (G = 2: a pair's, whole lines), each line once
-  // over the stream.
+  // over the stream. As a loop: unrolled, AVX2's decode took 5-10% longer
+  // (bm_decode_layers_pool/2/1/{1,2}, eight alternated rounds on a busy
+  // host; AVX-VNNI no different beyond the noise).
   template <int G>
   static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t* blk) {
-    kernels::prefetch_lines<G * F::kBlock, 3>(blk + kPrefetch * F::kStep);
+    kernels::prefetch_lines<G * F::kBlock, 3, false>(blk + kPrefetch * F::kStep);
   }
   // Prompt passes: every 64 bytes of one group's block kPrefetch blocks
   // ahead from its start (interleaved_avx512.cpp's tile says why).
