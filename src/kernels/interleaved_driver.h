@@ -127,8 +127,8 @@ struct Q6KLayout {
 // line once, the line a step starts mid-way in going with the step before.
 // A multiple of 64 (a pair's block in the paired formats: Q4_0 576 bytes)
 // holds exactly kBytes / 64 line starts wherever it begins: a fixed count,
-// which unrolls (a loop's compare and branch per line were a third of the
-// prefetch's instructions); kUnroll false keeps the loop. Not a callback:
+// which unrolls (the loop spends an add, a compare and a branch beside each
+// line's prefetch); kUnroll false keeps the loop. Not a callback:
 // GCC 12 dropped _mm_prefetch called from a lambda passed here.
 template <size_t kBytes, int kLocality, bool kUnroll = kBytes % 64 == 0>
 inline __attribute__((always_inline)) void prefetch_lines(const uint8_t* ahead) {
