@@ -50,14 +50,10 @@ constexpr int kPrefetch = T == 1 ? 16 : 8;
 // (`edgelm bench --threads 2 -n 128`, six alternated pairs) the gain,
 // about 2%, is within the noise.
 // Tiles of several tokens read each block once per token and keep T0.
+// As __builtin_prefetch's locality (prefetch_lines, prefetch_from): 0 is
+// prefetchnta, 3 prefetcht0.
 template <int T>
-inline __attribute__((always_inline)) void request_weights(const char* p) {
-  if constexpr (T == 1) {
-    _mm_prefetch(p, _MM_HINT_NTA);
-  } else {
-    _mm_prefetch(p, _MM_HINT_T0);
-  }
-}
+constexpr int kWeightLocality = T == 1 ? 0 : 3;
 
 inline float half(const uint16_t& h) { return _cvtsh_ss(h); }
 
@@ -136,19 +132,18 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
   for (int64_t b = 0; b < nb; ++b) {
     __m512 dw[G], mw[G];
     __m512i q[G][8];
+    const uint8_t* ahead = gp + static_cast<size_t>(b + kPrefetch<T>) * F::kStep;
     if constexpr (T == 1) {
       // Decode: the lines of the tile's blocks (a pair's: whole lines)
       // kPrefetch<T> blocks ahead in the group's stream, each line once.
-      prefetch_lines<G * F::kBlock, 0>(gp + static_cast<size_t>(b + kPrefetch<T>) * F::kStep);
+      prefetch_lines<G * F::kBlock, kWeightLocality<T>>(ahead);
     } else {
       // Prompt tiles: every 64 bytes of the block kPrefetch<T> blocks ahead
       // from its start, as before the pairing. One group's blocks are not
       // one stream of lines: counting lines as above leaves out the line an
       // odd group's block starts in. (bm_gemm_i16_prompt on a busy host
       // could not tell the two forms apart beyond its noise.)
-      const char* ahead =
-          reinterpret_cast<const char*>(gp + static_cast<size_t>(b + kPrefetch<T>) * F::kStep);
-      for (size_t off = 0; off < F::kBlock; off += 64) request_weights<T>(ahead + off);
+      prefetch_from<F::kBlock, kWeightLocality<T>>(ahead);
     }
     for (int g = 0; g < G; ++g) {
       const uint8_t* blk = gp + g * F::kBlock + static_cast<size_t>(b) * F::kStep;

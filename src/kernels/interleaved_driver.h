@@ -145,6 +145,18 @@ inline __attribute__((always_inline)) void prefetch_lines(const uint8_t* ahead) 
   }
 }
 
+// Prompt tiles' prefetch (and a lone group's decode on NEON): every 64
+// bytes of the kBytes from `ahead`, a block's own start, at kLocality as
+// above. A group's blocks are not one stream of lines when its groups go
+// in pairs (its partner's block lies between two of its own), so the line
+// a block starts mid-way in is requested with it (interleaved_avx512.cpp's
+// tile).
+template <size_t kBytes, int kLocality>
+inline __attribute__((always_inline)) void prefetch_from(const uint8_t* ahead) {
+  for (size_t off = 0; off < kBytes; off += 64)
+    __builtin_prefetch(reinterpret_cast<const char*>(ahead + off), 0, kLocality);
+}
+
 constexpr int kI16Tile = 8;                    // tokens per tile
 constexpr size_t kI16ChunkBytes = 384 * 1024;  // activations per token chunk
 

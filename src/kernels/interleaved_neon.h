@@ -33,8 +33,7 @@ inline void prefetch_block(const uint8_t* blk) {
   if constexpr (G == 2) {
     prefetch_lines<G * F::kBlock, 3>(blk + kPrefetch * F::kStep);
   } else {
-    const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kStep);
-    for (size_t off = 0; off < F::kBlock; off += 64) __builtin_prefetch(ahead + off, 0, 3);
+    prefetch_from<F::kBlock, 3>(blk + kPrefetch * F::kStep);
   }
 }
 

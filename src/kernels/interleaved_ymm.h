@@ -223,8 +223,7 @@ struct Legacy {
   // Prompt passes: every 64 bytes of one group's block kPrefetch blocks
   // ahead from its start (interleaved_avx512.cpp's tile says why).
   static inline __attribute__((always_inline)) void prefetch(const uint8_t* blk) {
-    const char* ahead = reinterpret_cast<const char*>(blk + kPrefetch * F::kStep);
-    for (size_t off = 0; off < F::kBlock; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+    prefetch_from<F::kBlock, 3>(blk + kPrefetch * F::kStep);
   }
 
   // Tokens xr[0..TS) against half h of one group, accumulated into acc over every block.
