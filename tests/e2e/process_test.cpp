@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -388,6 +389,48 @@ TEST(Process, BenchPairsDepthWithDepthZero) {
              "bench-depth-0-plain");
   ASSERT_EQ(plain.wait(120), 0) << plain.output();
   EXPECT_EQ(plain.output().find("depth_ratio"), std::string::npos) << plain.output();
+}
+
+// bench --bandwidth: the probe over a fresh buffer (every read method, the
+// best of them as the limit) and, where the weights were packed, the same
+// probe over the packed weights themselves.
+TEST(Process, BenchProbesBufferAndPackedWeights) {
+  Proc p(
+      {"bench", "-m", tiny_model(), "--threads", "2", "-p", "4", "-n", "2", "-r", "1", "--streams",
+       "1", "--bandwidth", "--bandwidth-mib", "4", "--json", "--memory-budget", "1GiB"},
+      "bench-bandwidth");
+  ASSERT_EQ(p.wait(120), 0) << p.output();
+  const std::string out = "\n" + p.output();
+  const size_t at = out.find("\n{");
+  ASSERT_NE(at, std::string::npos) << out;
+  const nlohmann::json j = nlohmann::json::parse(out.substr(at + 1));
+  const auto methods = j["bandwidth_methods_gb_per_s"].get<std::map<std::string, double>>();
+  ASSERT_GE(methods.size(), 2u);  // one share per thread and chunks in turn, at least 64-bit loads
+  double best = 0;
+  for (const auto& [name, gbs] : methods) {
+    EXPECT_GT(gbs, 0) << name;
+    best = std::max(best, gbs);
+  }
+  EXPECT_DOUBLE_EQ(j["bandwidth_gb_per_s"].get<double>(), best);
+  EXPECT_DOUBLE_EQ(methods.at(j["bandwidth_method"].get<std::string>()), best);
+  EXPECT_DOUBLE_EQ(j["decode_limit_tokens_per_s"].get<double>(),
+                   best * 1e9 / j["weights_bytes"].get<double>());
+  // The weights are probed exactly when they were packed (a scalar-only CPU keeps the file's
+  // layout).
+  const bool packed = out.find("interleaved layout") != std::string::npos;
+  ASSERT_EQ(j.contains("weights_read_gb_per_s"), packed) << out;
+  if (packed) {
+    EXPECT_GT(j["weights_read_gb_per_s"].get<double>(), 0);
+    EXPECT_GT(j["weights_read_bytes"].get<uint64_t>(), 0u);
+    EXPECT_EQ(methods.count(j["weights_read_method"].get<std::string>()), 1u);
+  }
+  // Without --bandwidth, no probe.
+  Proc plain({"bench", "-m", tiny_model(), "--threads", "1", "-p", "4", "-n", "2", "-r", "1",
+              "--streams", "1", "--json", "--memory-budget", "1GiB"},
+             "bench-no-bandwidth");
+  ASSERT_EQ(plain.wait(120), 0) << plain.output();
+  EXPECT_EQ(plain.output().find("bandwidth"), std::string::npos) << plain.output();
+  EXPECT_EQ(plain.output().find("weights_read"), std::string::npos) << plain.output();
 }
 
 }  // namespace
