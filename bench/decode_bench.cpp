@@ -9,11 +9,15 @@
 // as the server maps it (core/region.h: huge pages where the kernel has them).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <span>
 #include <vector>
 
+#include "core/read_probe.h"
 #include "core/region.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
@@ -201,52 +205,55 @@ BENCHMARK(bm_gemv_i16_pool)->Apply(gemv_pool_args)->UseRealTime()->Unit(benchmar
 
 // Every weight matrix of a Qwen2-1.5B decode step's 28 layers, in the
 // step's order and runs (QKV, output, gate and up, down; 0.7 GB in Q4_0),
-// one activation row each, on a pool as above: the layers' weights of a
-// step without the rest of it. Real time.
-void bm_decode_layers_pool(benchmark::State& st) {
-  const DType t = static_cast<DType>(st.range(0));
-  const kernels::Isa isa = static_cast<kernels::Isa>(st.range(1));
-  const int n_threads = static_cast<int>(st.range(2));
+// one activation row each: the layers' weights of a step without the rest
+// of it. Mapped as the engine maps packed weights (Model::pack_for: a
+// Region, huge pages where the kernel gives them).
+struct LayerStack {
   struct Shape {
     int64_t rows, n;
   };
-  const Shape shapes[] = {{2048, 1536}, {1536, 1536}, {17920, 1536}, {1536, 8960}};
-  const int layers = 28;
-  std::mt19937 rng(9);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  static constexpr Shape kShapes[] = {{2048, 1536}, {1536, 1536}, {17920, 1536}, {1536, 8960}};
+  static constexpr int kLayers = 28;
+  DType t;
+  Region region;
   size_t layer_bytes = 0;
-  size_t at[4];
-  for (int k = 0; k < 4; ++k) {
-    at[k] = layer_bytes;
-    layer_bytes +=
-        kernels::packed_bytes(t, kernels::Layout::Interleave16, shapes[k].rows, shapes[k].n);
+  size_t at[4] = {};
+  std::vector<uint8_t> x;
+  std::vector<float> f, y;
+
+  static Result<LayerStack> make(DType t) {
+    LayerStack s;
+    s.t = t;
+    for (int k = 0; k < 4; ++k) {
+      s.at[k] = s.layer_bytes;
+      s.layer_bytes +=
+          kernels::packed_bytes(t, kernels::Layout::Interleave16, kShapes[k].rows, kShapes[k].n);
+    }
+    EDGELM_ASSIGN(s.region, Region::map(s.layer_bytes * kLayers, "packed weights"));
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int k = 0; k < 4; ++k) {
+      const std::vector<uint8_t> src = random_rows(t, kShapes[k].n, kShapes[k].rows, rng);
+      kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), s.region.data() + s.at[k],
+                         kShapes[k].n, 0, kShapes[k].rows);
+    }
+    for (int l = 1; l < kLayers; ++l)
+      std::memcpy(s.region.data() + l * s.layer_bytes, s.region.data(), s.layer_bytes);
+    s.x.resize(kernels::act_row_bytes(t, 8960));
+    s.f.resize(8960);
+    s.y.resize(17920);
+    for (float& v : s.f) v = u(rng);
+    return s;
   }
-  // Mapped as the engine maps packed weights (Model::pack_for: a Region,
-  // huge pages where the kernel gives them).
-  auto region = Region::map(layer_bytes * layers, "packed weights");
-  if (!region.ok()) {
-    st.SkipWithError(region.message().c_str());
-    return;
-  }
-  std::span<uint8_t> packed(region.value().data(), region.value().size());
-  for (int k = 0; k < 4; ++k) {
-    const std::vector<uint8_t> src = random_rows(t, shapes[k].n, shapes[k].rows, rng);
-    kernels::pack_rows(t, kernels::Layout::Interleave16, src.data(), packed.data() + at[k],
-                       shapes[k].n, 0, shapes[k].rows);
-  }
-  for (int l = 1; l < layers; ++l)
-    std::memcpy(packed.data() + l * layer_bytes, packed.data(), layer_bytes);
-  std::vector<uint8_t> x(kernels::act_row_bytes(t, 8960));
-  std::vector<float> f(8960), y(17920);
-  for (float& v : f) v = u(rng);
-  ThreadPool pool(n_threads);
-  for (auto _ : st) {
-    for (int l = 0; l < layers; ++l) {
+
+  // One step's products, rows handed out as a decode step hands them out.
+  void pass(kernels::Isa isa, ThreadPool& pool) {
+    for (int l = 0; l < kLayers; ++l) {
       for (int k = 0; k < 4; ++k) {
-        const Shape& sh = shapes[k];
+        const Shape& sh = kShapes[k];
         kernels::quantize_activation(isa, t, f.data(), x.data(), sh.n);
         const kernels::GemmArgs a{t,
-                                  packed.data() + l * layer_bytes + at[k],
+                                  region.data() + l * layer_bytes + at[k],
                                   row_bytes(t, sh.n),
                                   sh.n,
                                   x.data(),
@@ -260,9 +267,25 @@ void bm_decode_layers_pool(benchmark::State& st) {
         });
       }
     }
-    benchmark::DoNotOptimize(y.data());
   }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(packed.size()));
+};
+
+// The stack on a pool of threads. Real time.
+void bm_decode_layers_pool(benchmark::State& st) {
+  const DType t = static_cast<DType>(st.range(0));
+  const kernels::Isa isa = static_cast<kernels::Isa>(st.range(1));
+  auto stack = LayerStack::make(t);
+  if (!stack.ok()) {
+    st.SkipWithError(stack.message().c_str());
+    return;
+  }
+  ThreadPool pool(static_cast<int>(st.range(2)));
+  for (auto _ : st) {
+    stack->pass(isa, pool);
+    benchmark::DoNotOptimize(stack->y.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) *
+                       static_cast<int64_t>(stack->region.size()));
 }
 void decode_layers_args(benchmark::internal::Benchmark* b) {
   each_interleaved([b](int t, int isa) {
@@ -272,6 +295,64 @@ void decode_layers_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(bm_decode_layers_pool)
     ->Apply(decode_layers_args)
     ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The stack against a plain read of the same bytes, alternated: each
+// iteration reads the stack's region once by the best of read_probe's ways
+// (found on this region before the loop: method and split) and then runs
+// the products over it. The time is the products' alone (manual time);
+// `vs_read` is the median over iterations of (read time / products' time),
+// the share of a plain read's speed the products reach on the very bytes
+// they read. On a VM two buffers of one process can read 10-25% apart and
+// the host's phases move both, so a ratio taken pass by pass on one buffer
+// says more than the products' time beside a probe of another buffer. An
+// iteration whose read ran both shares on one thread (the pool hands tasks
+// out dynamically) reads slow; the median leaves it out.
+//
+//   build/edgelm_kernel_bench --benchmark_filter='decode_layers_vs_read/(2|12)/2/2/'
+void bm_decode_layers_vs_read(benchmark::State& st) {
+  const DType t = static_cast<DType>(st.range(0));
+  const kernels::Isa isa = static_cast<kernels::Isa>(st.range(1));
+  const int n_threads = static_cast<int>(st.range(2));
+  auto stack = LayerStack::make(t);
+  if (!stack.ok()) {
+    st.SkipWithError(stack.message().c_str());
+    return;
+  }
+  ThreadPool pool(n_threads);
+  const uint8_t* p = stack->region.data();
+  const BandwidthResult how = probe_read(p, stack->region.size(), n_threads);
+  const size_t bytes =
+      stack->region.size() / (256 * static_cast<size_t>(n_threads)) * 256 * n_threads;
+  std::atomic<uint64_t> sink{0};
+  std::vector<double> ratio;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : st) {
+    const auto t0 = Clock::now();
+    pool.run(n_threads, [&](int task, int) {
+      sink.fetch_add(read_share(how.best_method, how.best_chunks, p, bytes, task, n_threads),
+                     std::memory_order_relaxed);
+    });
+    const auto t1 = Clock::now();
+    stack->pass(isa, pool);
+    const auto t2 = Clock::now();
+    const double read = std::chrono::duration<double>(t1 - t0).count() *
+                        static_cast<double>(stack->region.size()) / static_cast<double>(bytes);
+    const double products = std::chrono::duration<double>(t2 - t1).count();
+    st.SetIterationTime(products);
+    ratio.push_back(read / products);
+    benchmark::DoNotOptimize(stack->y.data());
+  }
+  benchmark::DoNotOptimize(sink.load());
+  std::sort(ratio.begin(), ratio.end());
+  if (!ratio.empty()) st.counters["vs_read"] = ratio[ratio.size() / 2];
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) *
+                       static_cast<int64_t>(stack->region.size()));
+  st.SetLabel(how.best);
+}
+BENCHMARK(bm_decode_layers_vs_read)
+    ->Apply(decode_layers_args)
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace edgelm

@@ -1,0 +1,51 @@
+// Memory read bandwidth: how fast this machine reads a buffer, by the best
+// of several ways to read it (edgelm bench --bandwidth, the decode
+// benchmarks). A single way can fall short of what the memory gives (one
+// stream per core may not keep enough misses in flight; 32-byte loads may
+// retire slower than 64-byte ones), and then "percent of the limit" would
+// flatter the engine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace edgelm {
+
+// How a pass reads its bytes.
+enum class ReadMethod { Avx2, Avx512, Avx512Prefetch, Avx512Stream, Scalar };
+
+std::string_view read_method_name(ReadMethod m);
+
+// The methods this CPU can run.
+std::vector<ReadMethod> read_methods();
+
+// Sums n bytes at p (p 64-byte aligned, n a multiple of 256) with method m,
+// so that the loads, not the adds, limit it.
+uint64_t sum_bytes(ReadMethod m, const uint8_t* p, size_t n);
+
+// Thread t's part of a pass of `threads` threads over [p, p + bytes) (bytes
+// a multiple of 256 x threads): one contiguous share, or (chunks) every
+// threads-th 256 KiB chunk from the t-th. Returns the sum.
+uint64_t read_share(ReadMethod m, bool chunks, const uint8_t* p, size_t bytes, int t, int threads);
+
+struct BandwidthResult {
+  double best_gbs = 0;
+  std::string best;  // the method and split that gave it
+  ReadMethod best_method = ReadMethod::Scalar;
+  bool best_chunks = false;
+  std::vector<std::pair<std::string, double>> all;  // every (method, split): best pass in GB/s
+};
+
+// Read bandwidth with `threads` threads over [p, p + bytes) (p 64-byte
+// aligned; a tail short of 256 bytes a thread is left out): each method,
+// with each thread reading one contiguous share or the threads taking turns
+// over 256 KiB chunks (as a matrix product's row chunks do); the best of 4
+// passes of each counts, and the best way is the result. The threads are
+// started once and wait at a spinning barrier, so no thread start is timed.
+BandwidthResult probe_read(const uint8_t* p, size_t bytes, int threads);
+
+}  // namespace edgelm
