@@ -356,6 +356,15 @@ TEST(Process, PlanCountsThePinnedSystemPrompt) {
   EXPECT_NE(missing.output().find("cannot read it"), std::string::npos) << missing.output();
 }
 
+// The JSON object a command printed after any log lines (its nested
+// objects are indented): from the first line that starts with '{'. Null
+// when there is none.
+nlohmann::json json_after_logs(const std::string& output) {
+  const std::string out = "\n" + output;
+  const size_t at = out.find("\n{");
+  return at == std::string::npos ? nlohmann::json() : nlohmann::json::parse(out.substr(at + 1));
+}
+
 // bench --depth --with-depth-0: one decode from an empty context beside
 // each decode at depth, and their ratios, in the JSON.
 TEST(Process, BenchPairsDepthWithDepthZero) {
@@ -363,12 +372,8 @@ TEST(Process, BenchPairsDepthWithDepthZero) {
           "--streams", "1", "-d", "32", "--with-depth-0", "--json", "--memory-budget", "1GiB"},
          "bench-depth-0");
   ASSERT_EQ(p.wait(120), 0) << p.output();
-  // The JSON object, after any log lines (its nested objects are indented):
-  // the first line that starts with '{'.
-  const std::string out = "\n" + p.output();
-  const size_t at = out.find("\n{");
-  ASSERT_NE(at, std::string::npos) << out;
-  const nlohmann::json j = nlohmann::json::parse(out.substr(at + 1));
+  const nlohmann::json j = json_after_logs(p.output());
+  ASSERT_TRUE(j.is_object()) << p.output();
   ASSERT_EQ(j["depth"], 32);
   const auto at_depth = j["decode_samples"].get<std::vector<double>>();
   const auto empty = j["depth_0_decode_samples"].get<std::vector<double>>();
@@ -400,10 +405,9 @@ TEST(Process, BenchProbesBufferAndPackedWeights) {
        "1", "--bandwidth", "--bandwidth-mib", "4", "--json", "--memory-budget", "1GiB"},
       "bench-bandwidth");
   ASSERT_EQ(p.wait(120), 0) << p.output();
-  const std::string out = "\n" + p.output();
-  const size_t at = out.find("\n{");
-  ASSERT_NE(at, std::string::npos) << out;
-  const nlohmann::json j = nlohmann::json::parse(out.substr(at + 1));
+  const std::string out = p.output();
+  const nlohmann::json j = json_after_logs(out);
+  ASSERT_TRUE(j.is_object()) << out;
   const auto methods = j["bandwidth_methods_gb_per_s"].get<std::map<std::string, double>>();
   ASSERT_GE(methods.size(), 2u);  // one share per thread and chunks in turn, at least 64-bit loads
   double best = 0;
