@@ -28,7 +28,9 @@ __attribute__((target("avx2"))) uint64_t sum_avx2(const uint8_t* p, size_t n) {
     a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
   }
   a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-  return static_cast<uint64_t>(_mm256_extract_epi64(a0, 0) + _mm256_extract_epi64(a0, 3));
+  // Unsigned: the lanes wrap, which a signed sum may not (UBSan).
+  return static_cast<uint64_t>(_mm256_extract_epi64(a0, 0)) +
+         static_cast<uint64_t>(_mm256_extract_epi64(a0, 3));
 }
 
 // kMode 0: plain loads, 1: plus a prefetch 2 KiB ahead, 2: streaming loads.
