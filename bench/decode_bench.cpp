@@ -322,8 +322,7 @@ void bm_decode_layers_vs_read(benchmark::State& st) {
   ThreadPool pool(n_threads);
   const uint8_t* p = stack->region.data();
   const BandwidthResult how = probe_read(p, stack->region.size(), n_threads);
-  const size_t bytes =
-      stack->region.size() / (256 * static_cast<size_t>(n_threads)) * 256 * n_threads;
+  const size_t bytes = read_pass_bytes(stack->region.size(), n_threads);
   std::atomic<uint64_t> sink{0};
   std::vector<double> ratio;
   using Clock = std::chrono::steady_clock;

@@ -134,10 +134,15 @@ uint64_t read_share(ReadMethod m, bool chunks, const uint8_t* p, size_t bytes, i
   return s;
 }
 
+size_t read_pass_bytes(size_t n, int threads) {
+  const size_t step = 256 * static_cast<size_t>(std::max(1, threads));
+  return n / step * step;
+}
+
 BandwidthResult probe_read(const uint8_t* p, size_t bytes, int threads) {
   BandwidthResult res;
   threads = std::max(1, threads);
-  bytes = bytes / (256 * static_cast<size_t>(threads)) * (256 * static_cast<size_t>(threads));
+  bytes = read_pass_bytes(bytes, threads);
   if (bytes == 0) return res;
 
   struct Job {

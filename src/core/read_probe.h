@@ -27,8 +27,13 @@ std::vector<ReadMethod> read_methods();
 // so that the loads, not the adds, limit it.
 uint64_t sum_bytes(ReadMethod m, const uint8_t* p, size_t n);
 
+// The bytes of an n-byte buffer a pass of `threads` threads reads: n rounded
+// down to a multiple of 256 x threads (every share a whole number of
+// sum_bytes' 256-byte steps).
+size_t read_pass_bytes(size_t n, int threads);
+
 // Thread t's part of a pass of `threads` threads over [p, p + bytes) (bytes
-// a multiple of 256 x threads): one contiguous share, or (chunks) every
+// as read_pass_bytes gives): one contiguous share, or (chunks) every
 // threads-th 256 KiB chunk from the t-th. Returns the sum.
 uint64_t read_share(ReadMethod m, bool chunks, const uint8_t* p, size_t bytes, int t, int threads);
 

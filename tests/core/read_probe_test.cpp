@@ -34,6 +34,15 @@ TEST(ReadProbe, SharesCoverTheBufferOnce) {
   }
 }
 
+TEST(ReadProbe, PassBytesAreWholeStepsPerThread) {
+  EXPECT_EQ(read_pass_bytes(1000, 1), 768u);
+  EXPECT_EQ(read_pass_bytes(1000, 2), 512u);
+  EXPECT_EQ(read_pass_bytes(1000, 3), 768u);
+  EXPECT_EQ(read_pass_bytes(1000, 4), 0u);
+  EXPECT_EQ(read_pass_bytes(1 << 20, 2), size_t{1} << 20);
+  EXPECT_EQ(read_pass_bytes(1000, 0), 768u);  // no threads counts as one
+}
+
 TEST(ReadProbe, ReportsEveryMethodAndTheBest) {
   const size_t bytes = 1 << 20;
   auto r = Region::map(bytes, "read probe test");
