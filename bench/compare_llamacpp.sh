@@ -134,6 +134,13 @@ if "weights_read_gb_per_s" in e:
     limit = e["weights_read_gb_per_s"] * 1e9 / e["weights_bytes"]
     print(f"  edgelm's packed weights read at {e['weights_read_gb_per_s']:.1f} GB/s -> decode limit {limit:.1f} t/s; "
           f"edgelm reaches {100*single/limit:.0f}% of that")
+if "decode_share_of_weights_read_samples" in e:
+    # Each repetition against the weights read just before it (one phase of
+    # a shared host; the probe above may have caught another).
+    sh = e["decode_share_of_weights_read_samples"]
+    print(f"  each repetition against the weights' read just before it: "
+          f"{100*e['decode_share_of_weights_read']:.0f}% ({100*min(sh):.0f}..{100*max(sh):.0f}%), "
+          f"median of {len(sh)}")
 PY
   if command -v gnuplot >/dev/null; then
     gnuplot <<GP

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <span>
 #include <thread>
@@ -331,6 +332,7 @@ int bench(const BenchFlags& f) {
   Engine& e = **engine;
   e.start();
   (void)run_streams(e, 1, 8, 4, 1);  // warm-up: page in the weights
+  std::optional<BandwidthResult> weights_way;  // the weights' best way to read, with --bandwidth
   if (f.bandwidth && e.model().packed.size() > 0) {
     // The same probe over the packed weights themselves, the bytes decode
     // reads: on a virtual machine two buffers of one process can read at
@@ -341,16 +343,23 @@ int bench(const BenchFlags& f) {
     out["weights_read_gb_per_s"] = wr.best_gbs;
     out["weights_read_method"] = wr.best;
     out["weights_read_bytes"] = w.size();
+    weights_way = wr;
     if (!f.json)
       fmt::print("the packed weights themselves ({} of the {} read per token): {:.1f} GB/s, {}\n",
                  format_bytes(w.size()), format_bytes(weight_bytes), wr.best_gbs, wr.best);
   }
 
-  std::vector<double> pp, tg, tg0;
+  std::vector<double> pp, tg, tg0, reads;
   if (f.depth > 0) {
     std::tie(pp, tg) = runs_at_depth(e, f, f.with_depth_0 ? &tg0 : nullptr);
   } else {
     for (int r = 0; r < f.reps; ++r) {
+      // The weights' read limit right before each repetition's decode, so
+      // that the two compare within one phase of a shared host: on a
+      // virtual machine the read moves by 10-20% over minutes.
+      if (weights_way)
+        reads.push_back(read_gbs(weights_way->best_method, weights_way->best_chunks,
+                                 e.model().packed.data(), e.model().packed.size(), threads, 2));
       auto [prefill, rate] = run_streams(e, 1, f.prompt, f.gen, 100 + static_cast<uint64_t>(r), {}, f.sample);
       pp.push_back(f.prompt / prefill);
       tg.push_back(rate);
@@ -368,6 +377,20 @@ int bench(const BenchFlags& f) {
     fmt::print("{}prompt {} tokens: {:.1f} tokens/s | decode {} tokens: {:.1f} tokens/s (median of {})\n",
                f.depth > 0 ? fmt::format("depth {}: ", f.depth) : std::string(), f.prompt, median(pp), f.gen,
                median(tg), f.reps);
+  if (!reads.empty()) {
+    std::vector<double> share;
+    for (size_t r = 0; r < tg.size(); ++r)
+      share.push_back(tg[r] * static_cast<double>(weight_bytes) / (reads[r] * 1e9));
+    out["weights_read_samples"] = reads;
+    out["decode_share_of_weights_read_samples"] = share;
+    out["decode_share_of_weights_read"] = median(share);
+    if (!f.json)
+      fmt::print(
+          "decode against the weights' read just before each repetition: {:.0f}% (median of {}; "
+          "{:.0f}..{:.0f}%)\n",
+          100 * median(share), share.size(), 100 * *std::min_element(share.begin(), share.end()),
+          100 * *std::max_element(share.begin(), share.end()));
+  }
   if (!tg0.empty()) {
     std::vector<double> ratio;
     for (size_t r = 0; r < tg.size(); ++r) ratio.push_back(tg[r] / tg0[r]);
@@ -425,8 +448,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print one JSON object");
   cmd->add_flag("--bandwidth", f->bandwidth,
                 "Also probe memory read bandwidth and the decode limit it implies: over a fresh "
-                "buffer, then over "
-                "the packed weights themselves");
+                "buffer, then over the packed weights themselves, and (without --depth) over the "
+                "weights again right before each repetition, for decode's share of that read");
   cmd->add_option("--bandwidth-mib", f->bandwidth_mib, "Size of the probe's fresh buffer, MiB")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

@@ -139,22 +139,26 @@ size_t read_pass_bytes(size_t n, int threads) {
   return n / step * step;
 }
 
-BandwidthResult probe_read(const uint8_t* p, size_t bytes, int threads) {
-  BandwidthResult res;
-  threads = std::max(1, threads);
-  bytes = read_pass_bytes(bytes, threads);
-  if (bytes == 0) return res;
+namespace {
 
-  struct Job {
-    ReadMethod method;
-    bool interleaved;
-  };
+struct Way {
+  ReadMethod method;
+  bool chunks;
+};
+
+// The best pass in GB/s of each way over [p, p + bytes) (bytes as
+// read_pass_bytes gives, > 0), `passes` passes round-robin over the ways,
+// so a burst of load from elsewhere does not fall on one way only. The
+// threads are started once and wait at a spinning barrier, so no thread
+// start is timed.
+std::vector<double> best_passes(const std::vector<Way>& ways, const uint8_t* p, size_t bytes,
+                                int threads, int passes) {
   std::atomic<int> go{0}, done{0};
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> sink{0};
-  Job job{};
+  Way way{};
   auto share = [&](int t) {
-    sink.fetch_add(read_share(job.method, job.interleaved, p, bytes, t, threads),
+    sink.fetch_add(read_share(way.method, way.chunks, p, bytes, t, threads),
                    std::memory_order_relaxed);
   };
   std::vector<std::thread> ts;
@@ -170,15 +174,10 @@ BandwidthResult probe_read(const uint8_t* p, size_t bytes, int threads) {
       }
     });
   }
-  // Passes round-robin over the ways, so a burst of load from elsewhere
-  // does not fall on one way only.
-  std::vector<Job> jobs;
-  for (ReadMethod m : read_methods())
-    for (bool interleaved : {false, true}) jobs.push_back({m, interleaved});
-  std::vector<double> best(jobs.size(), 0.0);
-  for (int pass = 0; pass < 4; ++pass) {
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      job = jobs[j];
+  std::vector<double> best(ways.size(), 0.0);
+  for (int pass = 0; pass < passes; ++pass) {
+    for (size_t j = 0; j < ways.size(); ++j) {
+      way = ways[j];
       done.store(0);
       const auto t0 = Clock::now();
       go.fetch_add(1, std::memory_order_acq_rel);
@@ -188,23 +187,45 @@ BandwidthResult probe_read(const uint8_t* p, size_t bytes, int threads) {
           std::max(best[j], static_cast<double>(bytes) / secs(Clock::now() - t0).count() / 1e9);
     }
   }
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    std::string name =
-        fmt::format("{}, {}", read_method_name(jobs[j].method),
-                    jobs[j].interleaved ? "256 KiB chunks in turn" : "one share per thread");
-    if (best[j] > res.best_gbs) {
-      res.best_gbs = best[j];
-      res.best = name;
-      res.best_method = jobs[j].method;
-      res.best_chunks = jobs[j].interleaved;
-    }
-    res.all.emplace_back(std::move(name), best[j]);
-  }
   stop.store(true);
   go.fetch_add(1, std::memory_order_acq_rel);
   for (auto& th : ts) th.join();
   if (sink.load() == 42) fmt::print("");  // keeps the sums alive
+  return best;
+}
+
+}  // namespace
+
+BandwidthResult probe_read(const uint8_t* p, size_t bytes, int threads) {
+  BandwidthResult res;
+  threads = std::max(1, threads);
+  bytes = read_pass_bytes(bytes, threads);
+  if (bytes == 0) return res;
+  std::vector<Way> ways;
+  for (ReadMethod m : read_methods())
+    for (bool chunks : {false, true}) ways.push_back({m, chunks});
+  const std::vector<double> best = best_passes(ways, p, bytes, threads, 4);
+  for (size_t j = 0; j < ways.size(); ++j) {
+    std::string name =
+        fmt::format("{}, {}", read_method_name(ways[j].method),
+                    ways[j].chunks ? "256 KiB chunks in turn" : "one share per thread");
+    if (best[j] > res.best_gbs) {
+      res.best_gbs = best[j];
+      res.best = name;
+      res.best_method = ways[j].method;
+      res.best_chunks = ways[j].chunks;
+    }
+    res.all.emplace_back(std::move(name), best[j]);
+  }
   return res;
+}
+
+double read_gbs(ReadMethod m, bool chunks, const uint8_t* p, size_t bytes, int threads,
+                int passes) {
+  threads = std::max(1, threads);
+  bytes = read_pass_bytes(bytes, threads);
+  if (bytes == 0 || passes < 1) return 0;
+  return best_passes({{m, chunks}}, p, bytes, threads, passes)[0];
 }
 
 }  // namespace edgelm

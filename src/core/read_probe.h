@@ -53,4 +53,10 @@ struct BandwidthResult {
 // started once and wait at a spinning barrier, so no thread start is timed.
 BandwidthResult probe_read(const uint8_t* p, size_t bytes, int threads);
 
+// One way of probe_read's (method m, chunks or one share per thread) over
+// the same kind of buffer: the best of `passes` passes in GB/s; 0 when
+// there is nothing to read or no pass. For a read limit taken right beside
+// a measurement it is compared with, in the same phase of a shared host.
+double read_gbs(ReadMethod m, bool chunks, const uint8_t* p, size_t bytes, int threads, int passes);
+
 }  // namespace edgelm

@@ -401,7 +401,7 @@ TEST(Process, BenchPairsDepthWithDepthZero) {
 // probe over the packed weights themselves.
 TEST(Process, BenchProbesBufferAndPackedWeights) {
   Proc p(
-      {"bench", "-m", tiny_model(), "--threads", "2", "-p", "4", "-n", "2", "-r", "1", "--streams",
+      {"bench", "-m", tiny_model(), "--threads", "2", "-p", "4", "-n", "2", "-r", "3", "--streams",
        "1", "--bandwidth", "--bandwidth-mib", "4", "--json", "--memory-budget", "1GiB"},
       "bench-bandwidth");
   ASSERT_EQ(p.wait(120), 0) << p.output();
@@ -427,6 +427,24 @@ TEST(Process, BenchProbesBufferAndPackedWeights) {
     EXPECT_GT(j["weights_read_gb_per_s"].get<double>(), 0);
     EXPECT_GT(j["weights_read_bytes"].get<uint64_t>(), 0u);
     EXPECT_EQ(methods.count(j["weights_read_method"].get<std::string>()), 1u);
+    // Each repetition: the weights read right before it, and its decode rate's share of the
+    // limit that read gives; the median of the shares is reported.
+    const auto reads = j["weights_read_samples"].get<std::vector<double>>();
+    const auto decode = j["decode_samples"].get<std::vector<double>>();
+    auto shares = j["decode_share_of_weights_read_samples"].get<std::vector<double>>();
+    ASSERT_EQ(reads.size(), 3u) << out;
+    ASSERT_EQ(decode.size(), 3u) << out;
+    ASSERT_EQ(shares.size(), 3u) << out;
+    const double bytes = j["weights_bytes"].get<double>();
+    for (size_t r = 0; r < 3; ++r) {
+      EXPECT_GT(reads[r], 0) << r;
+      const double want = decode[r] * bytes / (reads[r] * 1e9);
+      EXPECT_NEAR(shares[r], want, 1e-9 * want) << r;
+    }
+    std::sort(shares.begin(), shares.end());
+    EXPECT_DOUBLE_EQ(j["decode_share_of_weights_read"].get<double>(), shares[1]);
+  } else {
+    EXPECT_FALSE(j.contains("weights_read_samples")) << out;
   }
   // Without --bandwidth, no probe.
   Proc plain({"bench", "-m", tiny_model(), "--threads", "1", "-p", "4", "-n", "2", "-r", "1",
