@@ -238,8 +238,10 @@ struct Legacy {
   }
 
   // Whether tiles of several tokens take both halves at once (pair_pass):
-  // the nibble formats whose eight products fit 16 bits, on AVX2.
-  static constexpr bool kPairs = kPairPasses && F::kWiden == 8 && !F::kSignFix && requires { &F::chunk; };
+  // the nibble formats whose eight products fit 16 bits (kWiden 8: Q4_0 and
+  // Q4_1, unsigned q, so no sign fix), on AVX2.
+  static constexpr bool kPairs = kPairPasses && F::kWiden == 8 && requires { &F::chunk; };
+  static_assert(!kPairs || !F::kSignFix, "pair_pass multiplies q as it is loaded");
 
   // Tokens xr[0..TS) against both halves of one group, block by block,
   // chunk by chunk: a 32-byte chunk of each half gives four quant vectors
