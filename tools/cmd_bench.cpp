@@ -58,6 +58,27 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Per repetition r: a[r] x scale / b[r] (a and b of one length).
+std::vector<double> ratios(const std::vector<double>& a, const std::vector<double>& b,
+                           double scale = 1) {
+  std::vector<double> out;
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) out.push_back(a[r] * scale / b[r]);
+  return out;
+}
+
+// Per-repetition values into out: `key`_samples and their median as `key`;
+// returns "median (median of n; lo..hi)" with each figure as `fmt_one`
+// formats it, for the text line.
+std::string put_spread(nlohmann::json& out, const std::string& key, const std::vector<double>& v,
+                       const std::function<std::string(double)>& fmt_one) {
+  out[key + "_samples"] = v;
+  out[key] = median(v);
+  if (v.empty()) return "-";
+  return fmt::format("{} (median of {}; {}..{})", fmt_one(median(v)), v.size(),
+                     fmt_one(*std::min_element(v.begin(), v.end())),
+                     fmt_one(*std::max_element(v.begin(), v.end())));
+}
+
 // The machine's read bandwidth: probe_read over a fresh buffer of `mib`
 // MiB (1 GiB by default, larger than any cache).
 BandwidthResult probe_bandwidth(int threads, int mib) {
@@ -378,32 +399,21 @@ int bench(const BenchFlags& f) {
                f.depth > 0 ? fmt::format("depth {}: ", f.depth) : std::string(), f.prompt, median(pp), f.gen,
                median(tg), f.reps);
   if (!reads.empty()) {
-    std::vector<double> share;
-    for (size_t r = 0; r < tg.size(); ++r)
-      share.push_back(tg[r] * static_cast<double>(weight_bytes) / (reads[r] * 1e9));
     out["weights_read_samples"] = reads;
-    out["decode_share_of_weights_read_samples"] = share;
-    out["decode_share_of_weights_read"] = median(share);
+    const std::string line = put_spread(out, "decode_share_of_weights_read",
+                                        ratios(tg, reads, static_cast<double>(weight_bytes) / 1e9),
+                                        [](double x) { return fmt::format("{:.0f}%", 100 * x); });
     if (!f.json)
-      fmt::print(
-          "decode against the weights' read just before each repetition: {:.0f}% (median of {}; "
-          "{:.0f}..{:.0f}%)\n",
-          100 * median(share), share.size(), 100 * *std::min_element(share.begin(), share.end()),
-          100 * *std::max_element(share.begin(), share.end()));
+      fmt::print("decode against the weights' read just before each repetition: {}\n", line);
   }
   if (!tg0.empty()) {
-    std::vector<double> ratio;
-    for (size_t r = 0; r < tg.size(); ++r) ratio.push_back(tg[r] / tg0[r]);
     out["depth_0_decode_samples"] = tg0;
-    out["depth_ratio_samples"] = ratio;
-    out["depth_ratio"] = median(ratio);
+    const std::string line = put_spread(out, "depth_ratio", ratios(tg, tg0),
+                                        [](double x) { return fmt::format("{:.3f}", x); });
     if (!f.json)
       fmt::print(
-          "depth {} against depth 0 (decode {:.1f} tokens/s, median of {}), alternating: {:.3f} "
-          "(median of the ratios; {:.3f}..{:.3f})\n",
-          f.depth, median(tg0), tg0.size(), median(ratio),
-          *std::min_element(ratio.begin(), ratio.end()),
-          *std::max_element(ratio.begin(), ratio.end()));
+          "depth {} against depth 0 (decode {:.1f} tokens/s, median of {}), alternating: {}\n",
+          f.depth, median(tg0), tg0.size(), line);
   }
   nlohmann::json arr = nlohmann::json::array();
   for (int k : streams) {
