@@ -364,7 +364,7 @@ int bench(const BenchFlags& f) {
     out["weights_read_gb_per_s"] = wr.best_gbs;
     out["weights_read_method"] = wr.best;
     out["weights_read_bytes"] = w.size();
-    weights_way = wr;
+    if (wr.best_gbs > 0) weights_way = wr;  // a pass read something: every later one will
     if (!f.json)
       fmt::print("the packed weights themselves ({} of the {} read per token): {:.1f} GB/s, {}\n",
                  format_bytes(w.size()), format_bytes(weight_bytes), wr.best_gbs, wr.best);
