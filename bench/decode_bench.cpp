@@ -305,9 +305,9 @@ BENCHMARK(bm_decode_layers_pool)
 // the share of a plain read's speed the products reach on the very bytes
 // they read. On a VM two buffers of one process can read 10-25% apart and
 // the host's phases move both, so a ratio taken pass by pass on one buffer
-// says more than the products' time beside a probe of another buffer. An
-// iteration whose read ran both shares on one thread (the pool hands tasks
-// out dynamically) reads slow; the median leaves it out.
+// says more than the products' time beside a probe of another buffer. The
+// read is read_probe's read_gbs, one thread per share (started before its
+// timing), so no iteration's read runs both shares on one thread.
 //
 //   build/edgelm_kernel_bench --benchmark_filter='decode_layers_vs_read/(2|12)/2/2/'
 void bm_decode_layers_vs_read(benchmark::State& st) {
@@ -322,27 +322,21 @@ void bm_decode_layers_vs_read(benchmark::State& st) {
   ThreadPool pool(n_threads);
   const uint8_t* p = stack->region.data();
   const BandwidthResult how = probe_read(p, stack->region.size(), n_threads);
-  const size_t bytes = read_pass_bytes(stack->region.size(), n_threads);
-  std::atomic<uint64_t> sink{0};
+  const double region_bytes = static_cast<double>(stack->region.size());
   std::vector<double> ratio;
   using Clock = std::chrono::steady_clock;
   for (auto _ : st) {
-    const auto t0 = Clock::now();
-    pool.run(n_threads, [&](int task, int) {
-      sink.fetch_add(read_share(how.best_method, how.best_chunks, p, bytes, task, n_threads),
-                     std::memory_order_relaxed);
-    });
+    const double read =
+        region_bytes /
+        (read_gbs(how.best_method, how.best_chunks, p, stack->region.size(), n_threads, 1) * 1e9);
     const auto t1 = Clock::now();
     stack->pass(isa, pool);
     const auto t2 = Clock::now();
-    const double read = std::chrono::duration<double>(t1 - t0).count() *
-                        static_cast<double>(stack->region.size()) / static_cast<double>(bytes);
     const double products = std::chrono::duration<double>(t2 - t1).count();
     st.SetIterationTime(products);
     ratio.push_back(read / products);
     benchmark::DoNotOptimize(stack->y.data());
   }
-  benchmark::DoNotOptimize(sink.load());
   std::sort(ratio.begin(), ratio.end());
   if (!ratio.empty()) st.counters["vs_read"] = ratio[ratio.size() / 2];
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) *
