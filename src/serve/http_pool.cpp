@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -22,6 +23,8 @@ namespace edgelm::serve {
 
 namespace {
 thread_local bool t_over_capacity = false;
+thread_local bool t_close_after = false;
+thread_local const WorkerPool* t_pool = nullptr;
 // A pool thread's nice values: as it started (the process's, the engine's)
 // and as the pool runs it. Unset (INT_MIN) on threads outside a pool.
 thread_local int t_base_nice = INT_MIN;
@@ -43,6 +46,10 @@ void lower_thread_priority(int delta) {
 
 bool over_capacity_thread() { return t_over_capacity; }
 
+void close_after_response() {
+  t_close_after = true;
+}
+
 bool set_thread_urgent(bool urgent) {
   if (t_pool_nice == INT_MIN || t_pool_nice == t_base_nice) return true;  // not a lowered pool thread
   return setpriority(PRIO_PROCESS, this_tid(), urgent ? t_base_nice : t_pool_nice) == 0;
@@ -50,7 +57,7 @@ bool set_thread_urgent(bool urgent) {
 
 WorkerPool::WorkerPool(int workers, int cap, int nice) : cap_(cap), nice_(nice) {
   for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(jobs_, false); });
-  threads_.emplace_back([this] { loop(refusals_, true); });
+  for (int i = 0; i < kRefusers; ++i) threads_.emplace_back([this] { loop(refusals_, true); });
 }
 
 WorkerPool::~WorkerPool() { shutdown(); }
@@ -86,8 +93,15 @@ int WorkerPool::open() const {
   return open_;
 }
 
+bool WorkerPool::backlog() {
+  if (t_pool == nullptr) return false;
+  std::lock_guard<std::mutex> lk(t_pool->mu_);
+  return !t_pool->jobs_.empty();
+}
+
 void WorkerPool::loop(std::deque<std::function<void()>>& q, bool refusing) {
   t_over_capacity = refusing;
+  t_pool = this;
   lower_thread_priority(nice_);
   // Each job is small and a client waits on it: wake ahead of the engine's
   // threads rather than after their slice.
@@ -108,6 +122,176 @@ void WorkerPool::loop(std::deque<std::function<void()>>& q, bool refusing) {
       --open_;
     }
   }
+}
+
+// ---- HttpServer ----------------------------------------------------------
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Polls `fd` for `events` until `deadline`, in slices of at most 100 ms so
+// that `give_up` (the server stopped) is noticed. True when ready, or when
+// the socket reports an error or hang-up (the read or write then says so).
+template <class GiveUp>
+bool wait_for(int fd, short events, SteadyClock::time_point deadline, GiveUp&& give_up) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now())
+            .count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+    if (give_up()) return false;
+  }
+}
+
+void endpoint_of(int fd, bool peer, std::string& ip, int& port) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  const int r = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                     : getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (r != 0) return;
+  char host[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof(host), nullptr, 0,
+                  NI_NUMERICHOST) != 0)
+    return;
+  ip = host;
+  port = a.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port)
+                                 : ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+}
+
+// One connection's byte stream, for all of its requests (bytes of a
+// pipelined next request read with this one stay in the buffer). Reads fail
+// after the current request's deadline or once the server stops; writes wait
+// at most write_timeout for room each.
+class ConnStream final : public httplib::Stream {
+ public:
+  ConnStream(int fd, std::chrono::milliseconds write_timeout, std::function<bool()> stopped)
+      : fd_(fd), write_timeout_(write_timeout), stopped_(std::move(stopped)) {}
+
+  void begin_request(SteadyClock::time_point deadline) { deadline_ = deadline; }
+  bool buffered() const { return pos_ < len_; }
+
+  bool is_readable() const override {
+    return buffered() || wait_for(fd_, POLLIN, deadline_, stopped_);
+  }
+  bool is_writable() const override {
+    pollfd p{fd_, POLLOUT, 0};
+    for (;;) {
+      const int r = ::poll(&p, 1, static_cast<int>(write_timeout_.count()));
+      if (r < 0 && errno == EINTR) continue;
+      return r > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0;
+    }
+  }
+  ssize_t read(char* ptr, size_t size) override {
+    if (!buffered()) {
+      if (!wait_for(fd_, POLLIN, deadline_, stopped_)) return -1;
+      ssize_t r;
+      do {
+        r = ::recv(fd_, buf_, sizeof(buf_), 0);
+      } while (r < 0 && errno == EINTR);
+      if (r <= 0) return r;
+      pos_ = 0;
+      len_ = static_cast<size_t>(r);
+    }
+    const size_t n = std::min(size, len_ - pos_);
+    std::memcpy(ptr, buf_ + pos_, n);
+    pos_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!is_writable()) return -1;
+    ssize_t r;
+    do {
+      r = ::send(fd_, ptr, size, MSG_NOSIGNAL);
+    } while (r < 0 && errno == EINTR);
+    return r;
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    endpoint_of(fd_, true, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    endpoint_of(fd_, false, ip, port);
+  }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  const int fd_;
+  const std::chrono::milliseconds write_timeout_;
+  const std::function<bool()> stopped_;
+  SteadyClock::time_point deadline_{};
+  char buf_[4096];
+  size_t pos_ = 0, len_ = 0;
+};
+
+// Waits for the first byte of a connection's next request: true when it has
+// come. Gives up after `idle`, once the server stops, or, while connections
+// wait for a worker, after `idle_under_backlog`.
+template <class GiveUp>
+bool wait_for_request(int fd, const ConnStream& s, std::chrono::milliseconds idle,
+                      std::chrono::milliseconds idle_under_backlog, GiveUp&& stopped) {
+  if (s.buffered()) return true;
+  const auto start = SteadyClock::now();
+  for (;;) {
+    const auto waited = SteadyClock::now() - start;
+    if (waited >= idle || stopped()) return false;
+    if (waited >= idle_under_backlog && WorkerPool::backlog()) return false;
+    const auto slice = std::min<int64_t>(
+        50, std::chrono::duration_cast<std::chrono::milliseconds>(idle - waited).count() + 1);
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(slice));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+  }
+}
+
+// Closes a connection. If the client is still sending (a body that was
+// refused unread), reads and drops it for up to 250 ms (at most 16 MiB)
+// first: closing a socket with unread bytes resets the connection, and the
+// client may lose the reply it has not read yet.
+void close_connection(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  char c;
+  if (::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+    const auto end = SteadyClock::now() + std::chrono::milliseconds(250);
+    size_t dropped = 0;
+    char sink[4096];
+    while (dropped < (16u << 20) && wait_for(fd, POLLIN, end, [] { return false; })) {
+      const ssize_t r = ::recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+      if (r <= 0 && !(r < 0 && (errno == EAGAIN || errno == EINTR))) break;
+      if (r > 0) dropped += static_cast<size_t>(r);
+    }
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+bool HttpServer::process_and_close_socket(socket_t sock) {
+  using std::chrono::milliseconds;
+  const bool refusing = over_capacity_thread();
+  const auto stopped = [this] { return this->stopped(); };
+  ConnStream strm(sock, lim_.write_timeout, stopped);
+  // Over the cap: a moment to start the request and a second to send its
+  // headers (the reply needs no body); no second request.
+  const milliseconds idle = refusing ? milliseconds(100) : lim_.keep_alive;
+  const milliseconds read_timeout =
+      refusing ? std::min(lim_.read_timeout, milliseconds(1000)) : lim_.read_timeout;
+  bool ret = true;
+  for (int n = 0; n < lim_.keep_alive_requests; ++n) {
+    if (!wait_for_request(sock, strm, idle, milliseconds(200), stopped)) break;
+    strm.begin_request(SteadyClock::now() + read_timeout);
+    t_close_after = false;
+    bool closed = false;
+    ret = process_request(strm, refusing || n + 1 == lim_.keep_alive_requests, closed, nullptr);
+    if (!ret || closed || t_close_after || refusing) break;
+  }
+  t_close_after = false;
+  close_connection(sock);
+  return ret;
 }
 
 namespace {

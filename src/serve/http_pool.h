@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -26,9 +27,17 @@ bool over_capacity_thread();
 // LimitNICE=) that allows it: false when refused. A no-op elsewhere.
 bool set_thread_urgent(bool urgent);
 
+// From a handler or httplib's error and pre-routing handlers, on the thread
+// serving the connection: close the connection once this response is
+// written (a request whose body was refused unread leaves that body on the
+// connection, where the next request would be looked for).
+void close_after_response();
+
 // httplib's task queue, bounded: `workers` threads serve connections; up to
-// `cap` connections may be open; the rest go to one refusing thread that
-// answers 503 as soon as it has read the request line and headers. The
+// `cap` connections may be open; the rest go to kRefusers refusing threads
+// that answer 503 as soon as they have read the request line and headers
+// (HttpServer gives such a connection 100 ms to send its request line and
+// one second to finish its headers). The
 // threads run `nice` steps below the process's priority (Linux nice is per
 // thread): parsing, tokenizing and refusing a flood of requests must not take
 // the cores the engine's steps need, or the admitted streams pay for the
@@ -41,6 +50,11 @@ class WorkerPool : public httplib::TaskQueue {
   void enqueue(std::function<void()> fn) override;
   void shutdown() override;
   int open() const;
+  // On a thread of a pool: whether connections of that pool wait for a
+  // worker (accepted, none free). False elsewhere.
+  static bool backlog();
+
+  static constexpr int kRefusers = 4;
 
  private:
   void loop(std::deque<std::function<void()>>& q, bool refusing);
@@ -55,6 +69,36 @@ class WorkerPool : public httplib::TaskQueue {
   std::vector<std::thread> threads_;
   int open_ = 0;
   bool stop_ = false;
+};
+
+// httplib's server with edgelm's own loop over a connection's requests
+// (httplib 0.11's own bounds only each wait for bytes, so a client sending
+// one byte a second held a worker for as long as it liked, and an idle
+// connection held one for the whole keep-alive time even while other
+// connections waited for a worker):
+// - a request (line, headers and body) must arrive whole within
+//   read_timeout of its first byte, else the connection is closed;
+// - between requests a connection may idle for keep_alive, but only 200 ms
+//   while accepted connections wait for a worker (WorkerPool::backlog);
+// - once the server stops (drain over), waits for a request end at once;
+// - a connection over the cap (a refusing thread) gets 100 ms to start its
+//   request and one second to send its headers;
+// - on close, bytes the client still sends (a refused body) are read and
+//   dropped for up to 250 ms after the reply, so the close does not reset
+//   the connection before the client has read the reply.
+class HttpServer : public httplib::Server {
+ public:
+  struct Limits {
+    std::chrono::milliseconds read_timeout{10000}, write_timeout{10000}, keep_alive{5000};
+    int keep_alive_requests = 1000;
+  };
+  void set_limits(const Limits& l) { lim_ = l; }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override;
+  bool stopped() const { return svr_sock_ == INVALID_SOCKET; }
+
+  Limits lim_;
 };
 
 // Has the client of `req` hung up? cpp-httplib 0.11 gives a handler no

@@ -54,12 +54,13 @@ constexpr uint64_t kSlotSampleBytes = sizeof(uint64_t) + sizeof(int) + sizeof(st
 
 uint64_t server_buffer_bytes(const ServerOptions& o, int slots) {
   // Every serving worker may hold one request body, its parsed copy and a
-  // response buffer; the refusing thread one more of each.
+  // response buffer; each refusing thread as much (an upper bound: it reads
+  // no body).
   const uint64_t per_conn = 3 * static_cast<uint64_t>(o.max_body_bytes) + 64 * 1024;
   // And every slot one non-streamed answer (its text, logprobs and JSON),
   // which the gate keeps within max_response_bytes.
   // And the status page's ring, with each slot's last token count and rate.
-  return static_cast<uint64_t>(http_threads_for(o, slots) + 1) * per_conn +
+  return static_cast<uint64_t>(http_threads_for(o, slots) + WorkerPool::kRefusers) * per_conn +
          static_cast<uint64_t>(slots) * o.max_response_bytes + StatusRing::bytes(o.status_seconds) +
          static_cast<uint64_t>(slots) * kSlotSampleBytes;
 }
@@ -83,7 +84,7 @@ struct Server::Impl {
   const ServerOptions& o;
   Admission& adm;
   Metrics& metrics;
-  httplib::Server http;
+  HttpServer http;
   WorkerPool* pool = nullptr;  // owned by httplib
   int listen_fd = -1;
   std::optional<ChatRenderer> chat_template;
@@ -343,6 +344,34 @@ void Server::Impl::routes() {
       reply_error(res, {503, "server_unavailable", "too_many_connections", "too many open connections", ""}, 1);
       return httplib::Server::HandlerResponse::Handled;
     }
+    // The body's framing, before httplib reads it: a length of digits
+    // only, the same in every Content-Length header, and no
+    // Transfer-Encoding (httplib 0.11 reads a chunked body whole, past
+    // --max-body; every client of this API sends a length). The connection
+    // closes after the reply: the refused body is still on it.
+    if (req.has_header("Transfer-Encoding")) {
+      close_after_response();
+      res.set_header("Connection", "close");
+      reply_error(
+          res,
+          {411, "invalid_request_error", "length_required",
+           "send the request body with a Content-Length (Transfer-Encoding is not accepted)", ""});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (const size_t n = req.get_header_value_count("Content-Length"); n > 0) {
+      const std::string first = req.get_header_value("Content-Length", 0);
+      bool valid = !first.empty() && first.size() <= 19 &&
+                   first.find_first_not_of("0123456789") == std::string::npos;
+      for (size_t i = 1; i < n && valid; ++i)
+        valid = req.get_header_value("Content-Length", i) == first;
+      if (!valid) {
+        close_after_response();
+        res.set_header("Connection", "close");
+        reply_error(res, {400, "invalid_request_error", "invalid_content_length",
+                          "Content-Length must be one decimal number of bytes", ""});
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     const bool open_route = req.path == "/health" || req.path == "/ready" || (req.path == "/" && req.method == "GET");
     if ((!o.api_key.empty() || !o.api_key_classes.empty()) && !open_route) {
       const std::string got = req.get_header_value("Authorization");
@@ -361,6 +390,12 @@ void Server::Impl::routes() {
   });
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    // httplib's own refusals (a request it could not read, a body over
+    // --max-body) leave the rest of the request on the connection.
+    if (res.status != 404 && res.status != 405) {
+      close_after_response();
+      if (!res.has_header("Connection")) res.set_header("Connection", "close");
+    }
     ApiError e{res.status, "invalid_request_error", "", "", ""};
     if (res.status == 404) e.code = "not_found", e.message = fmt::format("no route for {} {}", req.method, req.path);
     else if (res.status == 413) e.code = "body_too_large", e.message = fmt::format("request body exceeds {} bytes", o.max_body_bytes);
@@ -563,7 +598,14 @@ Server::Server(Engine& engine, const ServerOptions& o)
   impl_->http.set_read_timeout(o.read_timeout_s, 0);
   impl_->http.set_write_timeout(o.write_timeout_s, 0);
   impl_->http.set_keep_alive_timeout(o.keep_alive_s);
-  impl_->http.set_keep_alive_max_count(1000);
+  impl_->http.set_keep_alive_max_count(
+      1000);  // what the Keep-Alive header says; HttpServer keeps to it
+  HttpServer::Limits lim;
+  lim.read_timeout = std::chrono::milliseconds(1000 * static_cast<int64_t>(o.read_timeout_s));
+  lim.write_timeout = std::chrono::milliseconds(1000 * static_cast<int64_t>(o.write_timeout_s));
+  lim.keep_alive = std::chrono::milliseconds(1000 * static_cast<int64_t>(o.keep_alive_s));
+  lim.keep_alive_requests = 1000;
+  impl_->http.set_limits(lim);
   impl_->routes();
 }
 

@@ -269,9 +269,13 @@ TEST(Process, ConnectionFloodBeyondTheCap) {
          "flood");
   const int port = p.port();
   ASSERT_GT(port, 0) << p.output();
-  // Six idle keep-alive connections fill the cap...
+  // Six connections in the middle of a request fill the cap (idle ones
+  // would be closed to make room: two of the six wait for a worker)...
   std::vector<int> idle;
-  for (int i = 0; i < 6; ++i) idle.push_back(connect_to(port));
+  for (int i = 0; i < 6; ++i) {
+    idle.push_back(connect_to(port));
+    (void)!::send(idle.back(), "POST /v1/completions HTTP/1.1\r\n", 31, MSG_NOSIGNAL);
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   // ...so the next requests are refused at once.
   int refused = 0;

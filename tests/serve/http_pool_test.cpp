@@ -1,4 +1,6 @@
 // The HTTP worker pool: its threads run below the engine's CPU priority.
+// HttpServer's connection loop: whole-request deadlines, idle connections
+// that give way, refusals that do not queue, bodies refused unread.
 #include "serve/http_pool.h"
 
 #include <gtest/gtest.h>
@@ -7,10 +9,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <string>
+
+#include <poll.h>
 
 #include "server_fixture.h"
 
@@ -128,6 +133,173 @@ TEST(HttpPool, AnAdmittedRequestIsStreamedAtTheEnginesPriority) {
   auto r = reply.get();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// ---- HttpServer's connection loop -------------------------------------
+
+using SteadyClock = std::chrono::steady_clock;
+
+double seconds_since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+// Reads from `fd` until the peer closes it or `seconds` pass; `closed` says
+// which.
+std::string read_until_closed(int fd, double seconds, bool* closed) {
+  std::string got;
+  *closed = false;
+  const auto end = SteadyClock::now() + std::chrono::duration<double>(seconds);
+  while (SteadyClock::now() < end) {
+    pollfd p{fd, POLLIN, 50};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      *closed = true;
+      break;
+    }
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got;
+}
+
+test::LiveServer::Options small_server(int workers, int cap, int keep_alive_s, int read_timeout_s) {
+  test::LiveServer::Options o;
+  o.slots = 1;
+  o.server.http_threads = workers;
+  o.server.max_connections = cap;
+  o.server.keep_alive_s = keep_alive_s;
+  o.server.read_timeout_s = read_timeout_s;
+  return o;
+}
+
+// A chunked body is refused before httplib reads it (httplib 0.11 would
+// read it whole, past --max-body): 411, and the connection closes.
+TEST(HttpServer, AChunkedBodyIsRefusedUnread) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  const int fd = test::connect_loopback(s.port);
+  ASSERT_GE(fd, 0);
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n100000\r\n";
+  ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  bool closed = false;
+  const std::string got = read_until_closed(fd, 5, &closed);
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 411", 0), 0u) << got;
+  EXPECT_NE(got.find("length_required"), std::string::npos) << got;
+  EXPECT_TRUE(closed) << "the refused body is on the connection: it closes";
+  auto r = s.client().Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(HttpServer, AContentLengthMustBeOneNumber) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  for (const std::string cl :
+       {"Content-Length: abc", "Content-Length: +2", "Content-Length: -5",
+        "Content-Length: 2\r\nContent-Length: 3", "Content-Length: 99999999999999999999"}) {
+    const std::string req =
+        "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + cl +
+        "\r\n\r\n{}";
+    const std::string got = test::send_and_hang_up(s.port, req, 1500);
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << cl << ": " << got;
+    EXPECT_NE(got.find("invalid_content_length"), std::string::npos) << cl << ": " << got;
+  }
+  // The same header twice with one value is one length.
+  const std::string body = R"({"content":"hi"})";
+  const std::string twice =
+      "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\nConnection: close\r\n\r\n" + body;
+  const std::string got = test::send_and_hang_up(s.port, twice, 1500);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+}
+
+// A request must arrive whole within the read timeout of its first byte:
+// a client sending a byte every 200 ms is cut off after about a second,
+// long before it would have finished.
+TEST(HttpServer, ASlowSenderIsCutOffAtTheReadTimeout) {
+  test::LiveServer s(small_server(4, 16, 5, 1));
+  const int fd = test::connect_loopback(s.port);
+  ASSERT_GE(fd, 0);
+  const std::string head = "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  const auto start = SteadyClock::now();
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {  // 100 bytes over 20 s
+    if (::send(fd, "x", 1, MSG_NOSIGNAL) != 1) break;
+    read_until_closed(fd, 0.2, &closed);
+  }
+  const double took = seconds_since(start);
+  ::close(fd);
+  EXPECT_TRUE(closed);
+  EXPECT_LT(took, 8.0) << "the connection lived as long as the client kept sending";
+}
+
+// Between requests a connection may idle for the keep-alive time, but not
+// while other connections wait for a worker: with 2 workers, 6 idle
+// connections and a keep-alive of 60 s, a health check is answered at
+// once, not after the idle ones' 60 s turns.
+TEST(HttpServer, IdleConnectionsGiveWayToWaitingOnes) {
+  test::LiveServer s(small_server(2, 64, 60, 10));
+  std::vector<int> idle;
+  for (int i = 0; i < 6; ++i) idle.push_back(test::connect_loopback(s.port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = SteadyClock::now();
+  auto r = s.client(60).Get("/health");
+  const double took = seconds_since(start);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(took, 20.0);
+  for (int fd : idle) ::close(fd);
+}
+
+// Connections over the cap are refused by several threads, each giving a
+// silent connection 100 ms: 40 idle ones over a cap of 2 do not hold a
+// health check for their keep-alive time each.
+TEST(HttpServer, ConnectionsOverTheCapAreRefusedWithoutQueueing) {
+  test::LiveServer s(small_server(2, 2, 60, 10));
+  std::vector<int> idle;
+  for (int i = 0; i < 42; ++i) idle.push_back(test::connect_loopback(s.port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = SteadyClock::now();
+  auto r = s.client(60).Get("/health");
+  const double took = seconds_since(start);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->status == 503 || r->status == 200) << r->status;
+  if (r->status == 503) {
+    EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  }
+  EXPECT_LT(took, 20.0);
+  for (int fd : idle) ::close(fd);
+}
+
+// Requests sent together on one connection are all answered (the
+// connection's bytes are read into one buffer for all its requests).
+TEST(HttpServer, PipelinedRequestsAreAllAnswered) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  const std::string two =
+      "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /ready HTTP/1.1\r\nHost: x\r\nConnection: "
+      "close\r\n\r\n";
+  const std::string got = test::send_and_hang_up(s.port, two, 2000);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_NE(got.find("HTTP/1.1 200", 5), std::string::npos) << got;
+}
+
+// Once the server stops, a request still arriving does not hold it up.
+TEST(HttpServer, StopDoesNotWaitForASlowSender) {
+  test::LiveServer s(small_server(4, 16, 5, 60));
+  const int fd = test::connect_loopback(s.port);
+  ASSERT_GE(fd, 0);
+  const std::string head = "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = SteadyClock::now();
+  s.server->stop();
+  s.thread.join();
+  EXPECT_LT(seconds_since(start), 10.0) << "stop waited for the request's 60 s read timeout";
+  ::close(fd);
 }
 
 }  // namespace
