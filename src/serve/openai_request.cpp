@@ -796,10 +796,33 @@ Err read_ordered(std::string_view text, GenerationRequest& req) {
     t.json = dump(tj);
     const auto& fj = tj["function"];
     nlohmann::ordered_json params = {{"type", "object"}, {"properties", nlohmann::ordered_json::object()}};
-    if (auto it = fj.find("parameters"); it != fj.end() && it->is_object()) params = *it;
+    const auto given = fj.find("parameters");
+    const bool has_params = given != fj.end() && given->is_object();
+    if (has_params) params = *given;
     t.parameters = dump(params);
     if (!constrained || (req.tool_choice == ToolChoice::Function && t.name != req.tool_choice_name)) continue;
-    const CompiledSchema c = compile_json_schema(params);
+    // A call's arguments are an object (docs/tools.md: anything else is read
+    // back as content), so the constraint makes one: no parameters, the
+    // empty object only; a schema that names no type (`{}` is common), an
+    // object of it; one that names another type cannot be called.
+    nlohmann::ordered_json shape = params;
+    if (!has_params) {
+      shape["additionalProperties"] = false;
+    } else if (!shape.contains("type")) {
+      shape["type"] = "object";
+    } else {
+      const auto& ty = shape["type"];
+      const bool object = ty == "object" ||
+                          (ty.is_array() && std::find(ty.begin(), ty.end(), "object") != ty.end());
+      if (!object) {
+        const std::string path = fmt::format("tools[{}].function.parameters.type", i);
+        return invalid_request(
+            fmt::format("'{}' must be \"object\": a function's arguments are an object", path),
+            path, "unsupported_schema");
+      }
+      if (ty.is_array()) shape["type"] = "object";
+    }
+    const CompiledSchema c = compile_json_schema(shape);
     if (!c.schema) {
       const std::string path = fmt::format("tools[{}].function.parameters{}", i, c.path);
       return invalid_request(fmt::format("'{}': {} (needed to constrain the call that 'tool_choice' asks for)", path,

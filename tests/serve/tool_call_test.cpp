@@ -367,6 +367,49 @@ TEST(ToolServer, RequiredGivesToolCalls) {
   EXPECT_TRUE(s.wait_idle());
 }
 
+// A forced call's arguments are an object whatever `parameters` says: none
+// (the empty object only), `{}` or a schema naming no type (an object); a
+// schema of another type is refused, naming the field.
+TEST(ToolServer, AForcedCallsArgumentsAreAnObject) {
+  if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja")))
+    GTEST_SKIP() << "assets/templates/ not fetched";
+  test::LiveServer s(qwen_server());
+  const auto forced = [&](const std::string& function, int seed) {
+    const std::string body =
+        R"({"messages":[{"role":"user","content":"w"}],"max_tokens":100,"seed":)" +
+        std::to_string(seed) +
+        R"(,"tool_choice":"required","tools":[{"type":"function","function":)" + function + "}]}";
+    return s.client().Post("/v1/chat/completions", body, "application/json");
+  };
+  for (int seed = 1; seed <= 3; ++seed) {
+    for (const std::string fn :
+         {R"({"name":"a"})", R"({"name":"a","parameters":{}})",
+          R"({"name":"a","parameters":{"properties":{"x":{"type":"integer"}}}})"}) {
+      auto r = forced(fn, seed);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << fn << ": " << r->body;
+      const json j = json::parse(r->body);
+      EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << fn << ": " << r->body;
+      const json& calls = j["choices"][0]["message"]["tool_calls"];
+      ASSERT_TRUE(calls.is_array() && !calls.empty()) << fn << ": " << r->body;
+      for (const json& c : calls) {
+        const json args = json::parse(c["function"]["arguments"].get<std::string>());
+        EXPECT_TRUE(args.is_object()) << fn << ": " << c;
+        if (fn == R"({"name":"a"})") {
+          EXPECT_TRUE(args.empty()) << "no parameters: no arguments, " << c;
+        }
+      }
+    }
+  }
+  for (const std::string type : {R"("string")", R"("integer")", R"(["array","null"])"}) {
+    auto r = forced(R"({"name":"a","parameters":{"type":)" + type + "}}", 1);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << type << ": " << r->body;
+    EXPECT_NE(r->body.find("tools[0].function.parameters.type"), std::string::npos) << r->body;
+  }
+  EXPECT_TRUE(s.wait_idle());
+}
+
 TEST(ToolServer, StreamedToolCallsComeAsDeltas) {
   if (!fs::exists(template_path("Qwen-Qwen2.5-7B-Instruct.jinja")))
     GTEST_SKIP() << "assets/templates/ not fetched";
