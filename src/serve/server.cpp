@@ -400,6 +400,11 @@ void Server::Impl::routes() {
     if (res.status == 404) e.code = "not_found", e.message = fmt::format("no route for {} {}", req.method, req.path);
     else if (res.status == 413) e.code = "body_too_large", e.message = fmt::format("request body exceeds {} bytes", o.max_body_bytes);
     else if (res.status == 405) e.code = "method_not_allowed", e.message = "method not allowed";
+    else if (res.status == 400)
+      e.code = "unreadable_request", e.message = fmt::format(
+                                         "the request could not be read: malformed, headers too "
+                                         "large, or not sent whole within {} s",
+                                         o.read_timeout_s);
     else e.code = "http_error", e.message = fmt::format("HTTP error {}", res.status);
     res.set_content(error_json(e), "application/json");
   });

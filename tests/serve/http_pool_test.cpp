@@ -227,14 +227,18 @@ TEST(HttpServer, ASlowSenderIsCutOffAtTheReadTimeout) {
   ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
   const auto start = SteadyClock::now();
   bool closed = false;
+  std::string reply;
   for (int i = 0; i < 100 && !closed; ++i) {  // 100 bytes over 20 s
     if (::send(fd, "x", 1, MSG_NOSIGNAL) != 1) break;
-    read_until_closed(fd, 0.2, &closed);
+    reply += read_until_closed(fd, 0.2, &closed);
   }
   const double took = seconds_since(start);
+  if (!closed) reply += read_until_closed(fd, 2, &closed);
   ::close(fd);
   EXPECT_TRUE(closed);
   EXPECT_LT(took, 8.0) << "the connection lived as long as the client kept sending";
+  EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+  EXPECT_NE(reply.find("unreadable_request"), std::string::npos) << reply;
 }
 
 // Between requests a connection may idle for the keep-alive time, but not
