@@ -5,7 +5,11 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -42,6 +46,17 @@ int serve_main(ServeFlags f) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+#if defined(__GLIBC__)
+  // Two malloc arenas for the whole process (unless MALLOC_ARENA_MAX says
+  // otherwise): glibc gives each thread that allocates under contention an
+  // arena of its own and keeps what is freed there, so 36 HTTP workers
+  // parsing bodies up to --max-body each held on to their high-water mark.
+  // Three rounds of malformed and flooding requests (the tiny model, 2
+  // slots) took the resident size from 101 to 114, 121 and 126 MB with the
+  // default; with two arenas to 109, 109 and 111 MB. The engine allocates
+  // nothing while serving, and the workers' allocations are small.
+  if (getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
+#endif
 
   auto trunc = serve::parse_truncate(f.truncate);
   if (!trunc.ok()) {
