@@ -163,6 +163,17 @@ std::string read_until_closed(int fd, double seconds, bool* closed) {
   return got;
 }
 
+// A connection that has sent `bytes` (a request's beginning), or -1.
+int connect_and_send(int port, const std::string& bytes) {
+  const int fd = test::connect_loopback(port);
+  if (fd >= 0 &&
+      ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 test::LiveServer::Options small_server(int workers, int cap, int keep_alive_s, int read_timeout_s) {
   test::LiveServer::Options o;
   o.slots = 1;
@@ -177,12 +188,11 @@ test::LiveServer::Options small_server(int workers, int cap, int keep_alive_s, i
 // read it whole, past --max-body): 411, and the connection closes.
 TEST(HttpServer, AChunkedBodyIsRefusedUnread) {
   test::LiveServer s(small_server(4, 16, 5, 10));
-  const int fd = test::connect_loopback(s.port);
-  ASSERT_GE(fd, 0);
-  const std::string head =
+  const int fd = connect_and_send(
+      s.port,
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-      "Transfer-Encoding: chunked\r\n\r\n100000\r\n";
-  ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+      "Transfer-Encoding: chunked\r\n\r\n100000\r\n");
+  ASSERT_GE(fd, 0);
   bool closed = false;
   const std::string got = read_until_closed(fd, 5, &closed);
   ::close(fd);
@@ -221,10 +231,9 @@ TEST(HttpServer, AContentLengthMustBeOneNumber) {
 // long before it would have finished.
 TEST(HttpServer, ASlowSenderIsCutOffAtTheReadTimeout) {
   test::LiveServer s(small_server(4, 16, 5, 1));
-  const int fd = test::connect_loopback(s.port);
+  const int fd =
+      connect_and_send(s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n");
   ASSERT_GE(fd, 0);
-  const std::string head = "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n";
-  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
   const auto start = SteadyClock::now();
   bool closed = false;
   std::string reply;
@@ -241,22 +250,30 @@ TEST(HttpServer, ASlowSenderIsCutOffAtTheReadTimeout) {
   EXPECT_NE(reply.find("unreadable_request"), std::string::npos) << reply;
 }
 
+// Opens `n` connections that send nothing, then asks for /health (a minute
+// to answer); `took` is how long the answer took.
+httplib::Result health_behind_idle_connections(const test::LiveServer& s, int n, double* took) {
+  std::vector<int> idle;
+  for (int i = 0; i < n; ++i) idle.push_back(test::connect_loopback(s.port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = SteadyClock::now();
+  auto r = s.client(60).Get("/health");
+  *took = seconds_since(start);
+  for (int fd : idle) ::close(fd);
+  return r;
+}
+
 // Between requests a connection may idle for the keep-alive time, but not
 // while other connections wait for a worker: with 2 workers, 6 idle
 // connections and a keep-alive of 60 s, a health check is answered at
 // once, not after the idle ones' 60 s turns.
 TEST(HttpServer, IdleConnectionsGiveWayToWaitingOnes) {
   test::LiveServer s(small_server(2, 64, 60, 10));
-  std::vector<int> idle;
-  for (int i = 0; i < 6; ++i) idle.push_back(test::connect_loopback(s.port));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const auto start = SteadyClock::now();
-  auto r = s.client(60).Get("/health");
-  const double took = seconds_since(start);
+  double took = 0;
+  const auto r = health_behind_idle_connections(s, 6, &took);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_LT(took, 20.0);
-  for (int fd : idle) ::close(fd);
 }
 
 // Connections over the cap are refused by several threads, each giving a
@@ -264,19 +281,14 @@ TEST(HttpServer, IdleConnectionsGiveWayToWaitingOnes) {
 // health check for their keep-alive time each.
 TEST(HttpServer, ConnectionsOverTheCapAreRefusedWithoutQueueing) {
   test::LiveServer s(small_server(2, 2, 60, 10));
-  std::vector<int> idle;
-  for (int i = 0; i < 42; ++i) idle.push_back(test::connect_loopback(s.port));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const auto start = SteadyClock::now();
-  auto r = s.client(60).Get("/health");
-  const double took = seconds_since(start);
+  double took = 0;
+  const auto r = health_behind_idle_connections(s, 42, &took);
   ASSERT_TRUE(r);
   EXPECT_TRUE(r->status == 503 || r->status == 200) << r->status;
   if (r->status == 503) {
     EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   }
   EXPECT_LT(took, 20.0);
-  for (int fd : idle) ::close(fd);
 }
 
 // Requests sent together on one connection are all answered (the
@@ -294,10 +306,9 @@ TEST(HttpServer, PipelinedRequestsAreAllAnswered) {
 // Once the server stops, a request still arriving does not hold it up.
 TEST(HttpServer, StopDoesNotWaitForASlowSender) {
   test::LiveServer s(small_server(4, 16, 5, 60));
-  const int fd = test::connect_loopback(s.port);
+  const int fd = connect_and_send(
+      s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx");
   ASSERT_GE(fd, 0);
-  const std::string head = "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx";
-  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const auto start = SteadyClock::now();
   s.server->stop();
