@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -204,10 +205,15 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   GenerationRequest& r = std::get<GenerationRequest>(parsed);
   const int ctx = engine.ctx();
   if (r.max_tokens > ctx - 1)
-    return reply_error(res, invalid_request(fmt::format("max_tokens is {}, but a slot holds {} tokens, prompt included, "
-                                                        "so at most {} can be generated",
-                                                        r.max_tokens, ctx, ctx - 1),
-                                            "max_tokens"));
+    return reply_error(
+        res, invalid_request(
+                 fmt::format("max_tokens is {}, but a slot holds {} tokens, prompt included, "
+                             "so at most {} can be generated",
+                             // (larger values were clamped to INT_MAX)
+                             r.max_tokens == INT_MAX ? fmt::format("{} or more", INT_MAX)
+                                                     : std::to_string(r.max_tokens),
+                             ctx, ctx - 1),
+                 "max_tokens"));
   const int want_out = r.max_tokens > 0 ? r.max_tokens : o.default_max_tokens;
   auto built = build_prompt(engine.tokenizer(), chat_template ? &*chat_template : nullptr, chat_template_error, r, ctx,
                             prompt_limit(ctx, want_out), o.truncate);

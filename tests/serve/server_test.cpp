@@ -489,7 +489,14 @@ TEST(Serve, BadRequestsGet400AndLeakNoSlot) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(r->body.find("a slot holds 256 tokens"), std::string::npos) << r->body;
-  EXPECT_NE(r->body.find("max_tokens"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("max_tokens is 1000000000,"), std::string::npos) << r->body;
+  // (one beyond an int is said to be so, not given as the clamped value)
+  r = c.Post("/v1/chat/completions",
+             R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1e12})",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("max_tokens is 2147483647 or more"), std::string::npos) << r->body;
   // ... one that only this prompt makes too large is clamped to the room left.
   r = c.Post("/v1/chat/completions", chat_body("x", 255, false), "application/json");
   ASSERT_TRUE(r);
