@@ -117,6 +117,7 @@ struct Server::Impl {
 
   void routes();
   void reply_error(httplib::Response& res, const ApiError& e, int retry_after = 0);
+  bool refuse_framing(const httplib::Request& req, httplib::Response& res);
   void refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id,
               std::string_view cls);
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
@@ -336,6 +337,55 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   stream_response(res, StreamDeps{engine, adm, metrics, o.heartbeat_ms}, std::move(sp), ref);
 }
 
+// Requests refused before their body is read, with the connection closed
+// after the reply (whatever body there is stays unread on it): over the
+// connection cap (503); a body framed other than by one decimal
+// Content-Length (httplib 0.11 reads a chunked body whole, past --max-body,
+// and a POST without a length until the client closes; every client of this
+// API sends one): 411 or 400; a body on a GET or HEAD, which httplib would
+// leave on the connection to be read as the next request: 400. True when
+// `res` holds the refusal.
+bool Server::Impl::refuse_framing(const httplib::Request& req, httplib::Response& res) {
+  const auto refuse = [&](const ApiError& e, int retry_after = 0) {
+    close_after_response();
+    res.set_header("Connection", "close");
+    reply_error(res, e, retry_after);
+    return true;
+  };
+  if (over_capacity_thread()) {
+    metrics.connections_refused.fetch_add(1);
+    res.set_header("Retry-After", "1");
+    return refuse(
+        {503, "server_unavailable", "too_many_connections", "too many open connections", ""}, 1);
+  }
+  if (req.has_header("Transfer-Encoding"))
+    return refuse(
+        {411, "invalid_request_error", "length_required",
+         "send the request body with a Content-Length (Transfer-Encoding is not accepted)", ""});
+  const size_t n = req.get_header_value_count("Content-Length");
+  if (n > 0) {
+    const std::string first = req.get_header_value("Content-Length", 0);
+    bool valid = !first.empty() && first.size() <= 19 &&
+                 first.find_first_not_of("0123456789") == std::string::npos;
+    for (size_t i = 1; i < n && valid; ++i)
+      valid = req.get_header_value("Content-Length", i) == first;
+    if (!valid)
+      return refuse({400, "invalid_request_error", "invalid_content_length",
+                     "Content-Length must be one decimal number of bytes", ""});
+  }
+  const bool has_body = n > 0 && req.get_header_value("Content-Length", 0).find_first_not_of('0') !=
+                                     std::string::npos;
+  const bool reads_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                          req.method == "DELETE";
+  if (reads_body && n == 0)
+    return refuse({411, "invalid_request_error", "length_required",
+                   fmt::format("a {} needs a Content-Length (0 for no body)", req.method), ""});
+  if (!reads_body && has_body)
+    return refuse({400, "invalid_request_error", "unexpected_body",
+                   fmt::format("a {} request carries no body", req.method), ""});
+  return false;
+}
+
 void Server::Impl::routes() {
   auto json_reply = [](httplib::Response& res, const json& j, int status = 200) {
     res.status = status;
@@ -343,41 +393,7 @@ void Server::Impl::routes() {
   };
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (over_capacity_thread()) {
-      metrics.connections_refused.fetch_add(1);
-      res.set_header("Connection", "close");
-      res.set_header("Retry-After", "1");
-      reply_error(res, {503, "server_unavailable", "too_many_connections", "too many open connections", ""}, 1);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    // The body's framing, before httplib reads it: a length of digits
-    // only, the same in every Content-Length header, and no
-    // Transfer-Encoding (httplib 0.11 reads a chunked body whole, past
-    // --max-body; every client of this API sends a length). The connection
-    // closes after the reply: the refused body is still on it.
-    if (req.has_header("Transfer-Encoding")) {
-      close_after_response();
-      res.set_header("Connection", "close");
-      reply_error(
-          res,
-          {411, "invalid_request_error", "length_required",
-           "send the request body with a Content-Length (Transfer-Encoding is not accepted)", ""});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (const size_t n = req.get_header_value_count("Content-Length"); n > 0) {
-      const std::string first = req.get_header_value("Content-Length", 0);
-      bool valid = !first.empty() && first.size() <= 19 &&
-                   first.find_first_not_of("0123456789") == std::string::npos;
-      for (size_t i = 1; i < n && valid; ++i)
-        valid = req.get_header_value("Content-Length", i) == first;
-      if (!valid) {
-        close_after_response();
-        res.set_header("Connection", "close");
-        reply_error(res, {400, "invalid_request_error", "invalid_content_length",
-                          "Content-Length must be one decimal number of bytes", ""});
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
+    if (refuse_framing(req, res)) return httplib::Server::HandlerResponse::Handled;
     const bool open_route = req.path == "/health" || req.path == "/ready" || (req.path == "/" && req.method == "GET");
     if ((!o.api_key.empty() || !o.api_key_classes.empty()) && !open_route) {
       const std::string got = req.get_header_value("Authorization");
@@ -389,6 +405,21 @@ void Server::Impl::routes() {
       }
     }
     return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // A client that asks before sending its body (Expect: 100-continue) hears
+  // a refusal instead of an invitation to upload a body that will not be
+  // read (httplib answers 100 before any handler runs).
+  http.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (refuse_framing(req, res)) return res.status;
+    if (const std::string cl = req.get_header_value("Content-Length");
+        !cl.empty() && std::stoull(cl) > o.max_body_bytes) {
+      close_after_response();
+      res.set_header("Connection", "close");
+      reply_error(res, {413, "invalid_request_error", "body_too_large",
+                        fmt::format("request body exceeds {} bytes", o.max_body_bytes), ""});
+      return 413;
+    }
+    return 100;
   });
   http.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
     // Streamed generations count themselves when they end.

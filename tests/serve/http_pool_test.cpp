@@ -226,6 +226,68 @@ TEST(HttpServer, AContentLengthMustBeOneNumber) {
   EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
 }
 
+// A body on a GET is refused and the connection closed: httplib does not
+// read it, and kept on the connection it would be taken for the next
+// request (one hidden inside would be answered).
+TEST(HttpServer, ABodyOnAGetIsRefusedNotRunAsARequest) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  const std::string inner = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  const int fd = connect_and_send(s.port, "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                              std::to_string(inner.size()) + "\r\n\r\n" + inner);
+  ASSERT_GE(fd, 0);
+  bool closed = false;
+  const std::string got = read_until_closed(fd, 5, &closed);
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
+  EXPECT_NE(got.find("unexpected_body"), std::string::npos) << got;
+  EXPECT_EQ(got.find("HTTP/1.1", 5), std::string::npos) << "a second reply: " << got;
+  EXPECT_TRUE(closed);
+}
+
+// A POST without a length is refused at once (httplib would read its body
+// until the client closed, or the read timeout ran out).
+TEST(HttpServer, APostWithoutALengthIsRefusedAtOnce) {
+  test::LiveServer s(small_server(4, 16, 5, 30));
+  const int fd =
+      connect_and_send(s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\n\r\n{\"content\":\"hi\"}");
+  ASSERT_GE(fd, 0);
+  bool closed = false;
+  const std::string got = read_until_closed(fd, 10, &closed);
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 411", 0), 0u) << got;
+  EXPECT_TRUE(closed) << "answered only at the read timeout, or not closed";
+}
+
+// Expect: 100-continue hears the refusal before uploading a body that
+// would not be read; an acceptable request is invited as before.
+TEST(HttpServer, ExpectContinueHearsARefusalFirst) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  const auto ask = [&](const std::string& headers) {
+    const int fd =
+        connect_and_send(s.port,
+                         "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         "Expect: 100-continue\r\n" +
+                             headers + "\r\n");
+    EXPECT_GE(fd, 0);
+    bool closed = false;
+    std::string got = read_until_closed(fd, 1.5, &closed);
+    if (got.rfind("HTTP/1.1 100", 0) == 0) {
+      const std::string body = R"({"content":"hi"})";
+      (void)!::send(fd, body.data(), body.size(), MSG_NOSIGNAL);
+      got += read_until_closed(fd, 1.5, &closed);
+    }
+    ::close(fd);
+    return got;
+  };
+  const std::string big = ask("Content-Length: 99999999\r\n");
+  EXPECT_EQ(big.rfind("HTTP/1.1 413", 0), 0u) << big;
+  const std::string chunked = ask("Transfer-Encoding: chunked\r\n");
+  EXPECT_EQ(chunked.rfind("HTTP/1.1 411", 0), 0u) << chunked;
+  const std::string fine = ask("Content-Length: 16\r\nConnection: close\r\n");
+  EXPECT_EQ(fine.rfind("HTTP/1.1 100", 0), 0u) << fine;
+  EXPECT_NE(fine.find("HTTP/1.1 200"), std::string::npos) << fine;
+}
+
 // A request must arrive whole within the read timeout of its first byte:
 // a client sending a byte every 200 ms is cut off after about a second,
 // long before it would have finished.
