@@ -282,7 +282,11 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
       refusing ? std::min(lim_.read_timeout, milliseconds(1000)) : lim_.read_timeout;
   bool ret = true;
   for (int n = 0; n < lim_.keep_alive_requests; ++n) {
-    if (!wait_for_request(sock, strm, idle, milliseconds(200), stopped)) break;
+    // A new connection that has sent nothing gives way after 200 ms; one
+    // that has been answered (keep-alive), after a second, since its client
+    // may be about to reuse it (replies written under a backlog already
+    // closed theirs, saying so).
+    if (!wait_for_request(sock, strm, idle, milliseconds(n == 0 ? 200 : 1000), stopped)) break;
     strm.begin_request(SteadyClock::now() + read_timeout);
     t_close_after = false;
     bool closed = false;

@@ -78,8 +78,10 @@ class WorkerPool : public httplib::TaskQueue {
 // connections waited for a worker):
 // - a request (line, headers and body) must arrive whole within
 //   read_timeout of its first byte, else the connection is closed;
-// - between requests a connection may idle for keep_alive, but only 200 ms
-//   while accepted connections wait for a worker (WorkerPool::backlog);
+// - between requests a connection may idle for keep_alive, but while
+//   accepted connections wait for a worker (WorkerPool::backlog) only 200 ms
+//   before its first request and a second after (a reply written during a
+//   backlog closes its connection, with Connection: close: server.cpp);
 // - once the server stops (drain over), waits for a request end at once;
 // - a connection over the cap (a refusing thread) gets 100 ms to start its
 //   request and one second to send its headers;

@@ -424,6 +424,14 @@ void Server::Impl::routes() {
   http.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
     // Streamed generations count themselves when they end.
     if (!res.is_chunked_content_provider_) metrics.count_status(res.status);
+    // While accepted connections wait for a worker, this one is handed
+    // over after its reply, and the reply says so: a client told to
+    // reconnect loses nothing, where one whose idle keep-alive connection
+    // is closed under it may send a request into the close.
+    if (WorkerPool::backlog()) {
+      close_after_response();
+      if (!res.has_header("Connection")) res.set_header("Connection", "close");
+    }
   });
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

@@ -353,6 +353,43 @@ TEST(HttpServer, ConnectionsOverTheCapAreRefusedWithoutQueueing) {
   EXPECT_LT(took, 20.0);
 }
 
+// While a connection waits for a worker, a keep-alive client's next reply
+// says Connection: close and the connection is handed over, rather than
+// closed under the client while idle.
+TEST(HttpServer, UnderABacklogARepliedConnectionIsHandedOverSayingSo) {
+  auto o = small_server(2, 64, 60, 10);
+  o.step_ms = 20;  // a stream of 100 tokens holds a worker about 2 s
+  test::LiveServer s(o);
+  auto stream = std::async(std::launch::async, [&] {
+    return s.client().Post("/v1/chat/completions", test::chat_body("hi", 100, true),
+                           "application/json");
+  });
+  ASSERT_TRUE(test::wait_until([&] { return s.engine->active_slots() > 0; }, 10));
+  const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  const int b = connect_and_send(s.port, health);  // the second worker
+  ASSERT_GE(b, 0);
+  bool closed = false;
+  const std::string first = read_until_closed(b, 0.3, &closed);
+  EXPECT_EQ(first.rfind("HTTP/1.1 200", 0), 0u) << first;
+  EXPECT_EQ(first.find("Connection: close"), std::string::npos) << "no backlog yet: " << first;
+  const int c = connect_and_send(s.port, health);  // waits: both workers are busy
+  ASSERT_GE(c, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(::send(b, health.data(), health.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(health.size()));
+  const std::string second = read_until_closed(b, 3, &closed);
+  ::close(b);
+  EXPECT_EQ(second.rfind("HTTP/1.1 200", 0), 0u) << second;
+  EXPECT_NE(second.find("Connection: close"), std::string::npos) << second;
+  EXPECT_TRUE(closed);
+  const std::string waited = read_until_closed(c, 0.5, &closed);
+  ::close(c);
+  EXPECT_EQ(waited.rfind("HTTP/1.1 200", 0), 0u) << "the waiting connection was served: " << waited;
+  auto r = stream.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
 // Requests sent together on one connection are all answered (the
 // connection's bytes are read into one buffer for all its requests).
 TEST(HttpServer, PipelinedRequestsAreAllAnswered) {
