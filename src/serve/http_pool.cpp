@@ -251,11 +251,12 @@ bool wait_for_request(int fd, const ConnStream& s, std::chrono::milliseconds idl
 // Closes a connection. If the client is still sending (a body that was
 // refused unread), reads and drops it for up to 250 ms (at most 16 MiB)
 // first: closing a socket with unread bytes resets the connection, and the
-// client may lose the reply it has not read yet.
-void close_connection(int fd) {
+// client may lose the reply it has not read yet. `expect_more`: the client
+// is yet to send (a reply went out before its request), so wait for it.
+void close_connection(int fd, bool expect_more = false) {
   ::shutdown(fd, SHUT_WR);
   char c;
-  if (::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+  if (expect_more || ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
     const auto end = SteadyClock::now() + std::chrono::milliseconds(250);
     size_t dropped = 0;
     char sink[4096];
@@ -281,6 +282,17 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
   const milliseconds read_timeout =
       refusing ? std::min(lim_.read_timeout, milliseconds(1000)) : lim_.read_timeout;
   bool ret = true;
+  if (refusing && !wait_for_request(sock, strm, idle, idle, stopped)) {
+    // Silent over the cap: the refusal all the same, before the request.
+    const std::string reply = silent_refusal_ && !stopped() ? silent_refusal_() : std::string();
+    for (size_t sent = 0; sent < reply.size();) {
+      const ssize_t w = strm.write(reply.data() + sent, reply.size() - sent);
+      if (w <= 0) break;
+      sent += static_cast<size_t>(w);
+    }
+    close_connection(sock, !reply.empty());
+    return false;
+  }
   for (int n = 0; n < lim_.keep_alive_requests; ++n) {
     // A new connection that has sent nothing gives way after 200 ms; one
     // that has been answered (keep-alive), after a second, since its client

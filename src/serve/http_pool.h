@@ -84,7 +84,8 @@ class WorkerPool : public httplib::TaskQueue {
 //   backlog closes its connection, with Connection: close: server.cpp);
 // - once the server stops (drain over), waits for a request end at once;
 // - a connection over the cap (a refusing thread) gets 100 ms to start its
-//   request and one second to send its headers;
+//   request and one second to send its headers; one that sends nothing gets
+//   the silent-refusal reply (503) all the same;
 // - on close, bytes the client still sends (a refused body) are read and
 //   dropped for up to 250 ms after the reply, so the close does not reset
 //   the connection before the client has read the reply.
@@ -95,12 +96,16 @@ class HttpServer : public httplib::Server {
     int keep_alive_requests = 1000;
   };
   void set_limits(const Limits& l) { lim_ = l; }
+  // The whole HTTP reply (status line to body) for a connection over the cap
+  // that sent no request within its 100 ms; called on a refusing thread.
+  void set_silent_refusal(std::function<std::string()> f) { silent_refusal_ = std::move(f); }
 
  private:
   bool process_and_close_socket(socket_t sock) override;
   bool stopped() const { return svr_sock_ == INVALID_SOCKET; }
 
   Limits lim_;
+  std::function<std::string()> silent_refusal_;
 };
 
 // Has the client of `req` hung up? cpp-httplib 0.11 gives a handler no

@@ -656,6 +656,15 @@ Server::Server(Engine& engine, const ServerOptions& o)
   lim.keep_alive = std::chrono::milliseconds(1000 * static_cast<int64_t>(o.keep_alive_s));
   lim.keep_alive_requests = 1000;
   impl_->http.set_limits(lim);
+  impl_->http.set_silent_refusal([this] {
+    impl_->metrics.connections_refused.fetch_add(1);
+    const std::string body = error_json(
+        {503, "server_unavailable", "too_many_connections", "too many open connections", ""});
+    return fmt::format(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        "Connection: close\r\nContent-Length: {}\r\n\r\n{}",
+        body.size(), body);
+  });
   impl_->routes();
 }
 

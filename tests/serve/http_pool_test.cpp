@@ -390,6 +390,29 @@ TEST(HttpServer, UnderABacklogARepliedConnectionIsHandedOverSayingSo) {
   EXPECT_EQ(r->status, 200);
 }
 
+// A connection over the cap that is slow to send its request still gets
+// the 503 and its Retry-After, not a silent close.
+TEST(HttpServer, ASilentConnectionOverTheCapGetsThe503) {
+  test::LiveServer s(small_server(2, 2, 60, 10));
+  std::vector<int> busy;  // two requests in progress hold the cap
+  for (int i = 0; i < 2; ++i)
+    busy.push_back(connect_and_send(s.port, "POST /tokenize HTTP/1.1\r\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int fd = test::connect_loopback(s.port);
+  ASSERT_GE(fd, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  (void)!::send(fd, health.data(), health.size(), MSG_NOSIGNAL);
+  bool closed = false;
+  const std::string got = read_until_closed(fd, 3, &closed);
+  ::close(fd);
+  for (int b : busy) ::close(b);
+  EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
+  EXPECT_NE(got.find("Retry-After: 1"), std::string::npos) << got;
+  EXPECT_NE(got.find("too_many_connections"), std::string::npos) << got;
+  EXPECT_TRUE(closed);
+}
+
 // Requests sent together on one connection are all answered (the
 // connection's bytes are read into one buffer for all its requests).
 TEST(HttpServer, PipelinedRequestsAreAllAnswered) {
