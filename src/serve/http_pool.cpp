@@ -24,6 +24,9 @@ namespace edgelm::serve {
 namespace {
 thread_local bool t_over_capacity = false;
 thread_local bool t_close_after = false;
+// Seconds a request may take beyond the first one while connections wait
+// for a worker: none until its headers are read, then its body's at 64 KiB/s.
+thread_local double t_body_seconds = 0;
 thread_local const WorkerPool* t_pool = nullptr;
 // A pool thread's nice values: as it started (the process's, the engine's)
 // and as the pool runs it. Unset (INT_MIN) on threads outside a pool.
@@ -48,6 +51,10 @@ bool over_capacity_thread() { return t_over_capacity; }
 
 void close_after_response() {
   t_close_after = true;
+}
+
+void request_headers_read(uint64_t body_bytes) {
+  t_body_seconds = 1.0 + static_cast<double>(body_bytes) / 65536.0;
 }
 
 bool set_thread_urgent(bool urgent) {
@@ -131,11 +138,13 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 // Polls `fd` for `events` until `deadline`, in slices of at most 100 ms so
-// that `give_up` (the server stopped) is noticed. True when ready, or when
-// the socket reports an error or hang-up (the read or write then says so).
+// that `give_up` (the server stopped, say) is noticed, and asks it first.
+// True when ready, or when the socket reports an error or hang-up (the read
+// or write then says so).
 template <class GiveUp>
 bool wait_for(int fd, short events, SteadyClock::time_point deadline, GiveUp&& give_up) {
   for (;;) {
+    if (give_up()) return false;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now())
             .count();
@@ -144,7 +153,6 @@ bool wait_for(int fd, short events, SteadyClock::time_point deadline, GiveUp&& g
     const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
     if (r > 0) return true;
     if (r < 0 && errno != EINTR) return false;
-    if (give_up()) return false;
   }
 }
 
@@ -172,11 +180,14 @@ class ConnStream final : public httplib::Stream {
   ConnStream(int fd, std::chrono::milliseconds write_timeout, std::function<bool()> stopped)
       : fd_(fd), write_timeout_(write_timeout), stopped_(std::move(stopped)) {}
 
-  void begin_request(SteadyClock::time_point deadline) { deadline_ = deadline; }
+  void begin_request(SteadyClock::time_point deadline) {
+    start_ = SteadyClock::now();
+    deadline_ = deadline;
+  }
   bool buffered() const { return pos_ < len_; }
 
   bool is_readable() const override {
-    return buffered() || wait_for(fd_, POLLIN, deadline_, stopped_);
+    return buffered() || wait_for(fd_, POLLIN, deadline_, give_up_);
   }
   bool is_writable() const override {
     pollfd p{fd_, POLLOUT, 0};
@@ -188,7 +199,7 @@ class ConnStream final : public httplib::Stream {
   }
   ssize_t read(char* ptr, size_t size) override {
     if (!buffered()) {
-      if (!wait_for(fd_, POLLIN, deadline_, stopped_)) return -1;
+      if (!wait_for(fd_, POLLIN, deadline_, give_up_)) return -1;
       ssize_t r;
       do {
         r = ::recv(fd_, buf_, sizeof(buf_), 0);
@@ -222,7 +233,15 @@ class ConnStream final : public httplib::Stream {
   const int fd_;
   const std::chrono::milliseconds write_timeout_;
   const std::function<bool()> stopped_;
-  SteadyClock::time_point deadline_{};
+  // Stop waiting for the request: the server stopped, or, while
+  // connections wait for a worker, it is still coming a second after its
+  // first byte (its headers), or its body slower than 64 KiB/s.
+  const std::function<bool()> give_up_ = [this] {
+    return stopped_() ||
+           (SteadyClock::now() - start_ > std::chrono::duration<double>(1.0 + t_body_seconds) &&
+            WorkerPool::backlog());
+  };
+  SteadyClock::time_point start_{}, deadline_{};
   char buf_[4096];
   size_t pos_ = 0, len_ = 0;
 };
@@ -301,6 +320,7 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
     if (!wait_for_request(sock, strm, idle, milliseconds(n == 0 ? 200 : 1000), stopped)) break;
     strm.begin_request(SteadyClock::now() + read_timeout);
     t_close_after = false;
+    t_body_seconds = 0;
     bool closed = false;
     ret = process_request(strm, refusing || n + 1 == lim_.keep_alive_requests, closed, nullptr);
     if (!ret || closed || t_close_after || refusing) break;

@@ -33,6 +33,13 @@ bool set_thread_urgent(bool urgent);
 // connection, where the next request would be looked for).
 void close_after_response();
 
+// From httplib's pre-routing (or Expect) handler: the request's line and
+// headers have been read, and its body is `body_bytes` long. While
+// connections wait for a worker, a request gets one second from its first
+// byte for its line and headers, and a second more plus one per 64 KiB for
+// its body (HttpServer).
+void request_headers_read(uint64_t body_bytes);
+
 // httplib's task queue, bounded: `workers` threads serve connections; up to
 // `cap` connections may be open; the rest go to kRefusers refusing threads
 // that answer 503 as soon as they have read the request line and headers
@@ -77,7 +84,9 @@ class WorkerPool : public httplib::TaskQueue {
 // connection held one for the whole keep-alive time even while other
 // connections waited for a worker):
 // - a request (line, headers and body) must arrive whole within
-//   read_timeout of its first byte, else the connection is closed;
+//   read_timeout of its first byte, else the connection is closed; while
+//   connections wait for a worker, its line and headers within a second
+//   and its body at 64 KiB/s (plus a second);
 // - between requests a connection may idle for keep_alive, but while
 //   accepted connections wait for a worker (WorkerPool::backlog) only 200 ms
 //   before its first request and a second after (a reply written during a

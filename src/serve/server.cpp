@@ -346,6 +346,13 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
 // leave on the connection to be read as the next request: 400. True when
 // `res` holds the refusal.
 bool Server::Impl::refuse_framing(const httplib::Request& req, httplib::Response& res) {
+  const size_t n = req.get_header_value_count("Content-Length");
+  const std::string length = n > 0 ? req.get_header_value("Content-Length", 0) : std::string();
+  bool decimal = !length.empty() && length.size() <= 19 &&
+                 length.find_first_not_of("0123456789") == std::string::npos;
+  for (size_t i = 1; i < n && decimal; ++i)
+    decimal = req.get_header_value("Content-Length", i) == length;
+  request_headers_read(decimal ? std::stoull(length) : 0);
   const auto refuse = [&](const ApiError& e, int retry_after = 0) {
     close_after_response();
     res.set_header("Connection", "close");
@@ -362,19 +369,10 @@ bool Server::Impl::refuse_framing(const httplib::Request& req, httplib::Response
     return refuse(
         {411, "invalid_request_error", "length_required",
          "send the request body with a Content-Length (Transfer-Encoding is not accepted)", ""});
-  const size_t n = req.get_header_value_count("Content-Length");
-  if (n > 0) {
-    const std::string first = req.get_header_value("Content-Length", 0);
-    bool valid = !first.empty() && first.size() <= 19 &&
-                 first.find_first_not_of("0123456789") == std::string::npos;
-    for (size_t i = 1; i < n && valid; ++i)
-      valid = req.get_header_value("Content-Length", i) == first;
-    if (!valid)
-      return refuse({400, "invalid_request_error", "invalid_content_length",
-                     "Content-Length must be one decimal number of bytes", ""});
-  }
-  const bool has_body = n > 0 && req.get_header_value("Content-Length", 0).find_first_not_of('0') !=
-                                     std::string::npos;
+  if (n > 0 && !decimal)
+    return refuse({400, "invalid_request_error", "invalid_content_length",
+                   "Content-Length must be one decimal number of bytes", ""});
+  const bool has_body = n > 0 && length.find_first_not_of('0') != std::string::npos;
   const bool reads_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
                           req.method == "DELETE";
   if (reads_body && n == 0)

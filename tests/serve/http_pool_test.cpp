@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -323,6 +324,43 @@ httplib::Result health_behind_idle_connections(const test::LiveServer& s, int n,
   *took = seconds_since(start);
   for (int fd : idle) ::close(fd);
   return r;
+}
+
+// While connections wait for a worker, a request's line and headers must
+// come within a second, and its body at 64 KiB/s: three clients sending a
+// byte every 100 ms on two workers (read timeout 60 s), in their headers or
+// in a 100 kB body, do not keep a health check waiting for long.
+TEST(HttpServer, SlowRequestsGiveWayToWaitingConnections) {
+  const std::string padding(200, 'a');
+  for (const bool in_body : {false, true}) {
+    test::LiveServer s(small_server(2, 64, 5, 60));
+    std::atomic<bool> done{false};
+    std::vector<std::thread> slow;
+    for (int i = 0; i < 3; ++i) {
+      slow.emplace_back([&] {
+        const int fd = connect_and_send(
+            s.port,
+            in_body ? "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" : "P");
+        const std::string rest =
+            in_body ? padding : "OST /tokenize HTTP/1.1\r\nX-Padding: " + padding;
+        for (const char c : rest) {
+          if (done || ::send(fd, &c, 1, MSG_NOSIGNAL) != 1) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        ::close(fd);
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto start = SteadyClock::now();
+    auto r = s.client(60).Get("/health");
+    const double took = seconds_since(start);
+    done = true;
+    for (auto& t : slow) t.join();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_LT(took, 8.0) << "the health check waited behind slow "
+                         << (in_body ? "bodies" : "headers");
+  }
 }
 
 // Between requests a connection may idle for the keep-alive time, but not
