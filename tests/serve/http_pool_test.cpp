@@ -175,6 +175,18 @@ int connect_and_send(int port, const std::string& bytes) {
   return fd;
 }
 
+// Sends `bytes` on a new connection and reads until the server closes it
+// or `seconds` pass (`closed` says which).
+std::string exchange(int port, const std::string& bytes, double seconds, bool* closed) {
+  *closed = false;
+  const int fd = connect_and_send(port, bytes);
+  EXPECT_GE(fd, 0);
+  if (fd < 0) return {};
+  std::string got = read_until_closed(fd, seconds, closed);
+  ::close(fd);
+  return got;
+}
+
 test::LiveServer::Options small_server(int workers, int cap, int keep_alive_s, int read_timeout_s) {
   test::LiveServer::Options o;
   o.slots = 1;
@@ -189,14 +201,12 @@ test::LiveServer::Options small_server(int workers, int cap, int keep_alive_s, i
 // read it whole, past --max-body): 411, and the connection closes.
 TEST(HttpServer, AChunkedBodyIsRefusedUnread) {
   test::LiveServer s(small_server(4, 16, 5, 10));
-  const int fd = connect_and_send(
-      s.port,
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-      "Transfer-Encoding: chunked\r\n\r\n100000\r\n");
-  ASSERT_GE(fd, 0);
   bool closed = false;
-  const std::string got = read_until_closed(fd, 5, &closed);
-  ::close(fd);
+  const std::string got =
+      exchange(s.port,
+               "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n100000\r\n",
+               5, &closed);
   EXPECT_EQ(got.rfind("HTTP/1.1 411", 0), 0u) << got;
   EXPECT_NE(got.find("length_required"), std::string::npos) << got;
   EXPECT_TRUE(closed) << "the refused body is on the connection: it closes";
@@ -233,12 +243,11 @@ TEST(HttpServer, AContentLengthMustBeOneNumber) {
 TEST(HttpServer, ABodyOnAGetIsRefusedNotRunAsARequest) {
   test::LiveServer s(small_server(4, 16, 5, 10));
   const std::string inner = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
-  const int fd = connect_and_send(s.port, "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                                              std::to_string(inner.size()) + "\r\n\r\n" + inner);
-  ASSERT_GE(fd, 0);
   bool closed = false;
-  const std::string got = read_until_closed(fd, 5, &closed);
-  ::close(fd);
+  const std::string got = exchange(s.port,
+                                   "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                       std::to_string(inner.size()) + "\r\n\r\n" + inner,
+                                   5, &closed);
   EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
   EXPECT_NE(got.find("unexpected_body"), std::string::npos) << got;
   EXPECT_EQ(got.find("HTTP/1.1", 5), std::string::npos) << "a second reply: " << got;
@@ -249,12 +258,9 @@ TEST(HttpServer, ABodyOnAGetIsRefusedNotRunAsARequest) {
 // until the client closed, or the read timeout ran out).
 TEST(HttpServer, APostWithoutALengthIsRefusedAtOnce) {
   test::LiveServer s(small_server(4, 16, 5, 30));
-  const int fd =
-      connect_and_send(s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\n\r\n{\"content\":\"hi\"}");
-  ASSERT_GE(fd, 0);
   bool closed = false;
-  const std::string got = read_until_closed(fd, 10, &closed);
-  ::close(fd);
+  const std::string got = exchange(
+      s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\n\r\n{\"content\":\"hi\"}", 10, &closed);
   EXPECT_EQ(got.rfind("HTTP/1.1 411", 0), 0u) << got;
   EXPECT_TRUE(closed) << "answered only at the read timeout, or not closed";
 }
