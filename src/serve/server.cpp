@@ -646,8 +646,8 @@ Server::Server(Engine& engine, const ServerOptions& o)
   impl_->http.set_read_timeout(o.read_timeout_s, 0);
   impl_->http.set_write_timeout(o.write_timeout_s, 0);
   impl_->http.set_keep_alive_timeout(o.keep_alive_s);
-  impl_->http.set_keep_alive_max_count(
-      1000);  // what the Keep-Alive header says; HttpServer keeps to it
+  // What the Keep-Alive header says; HttpServer keeps to it (Limits).
+  impl_->http.set_keep_alive_max_count(1000);
   HttpServer::Limits lim;
   lim.read_timeout = std::chrono::milliseconds(1000 * static_cast<int64_t>(o.read_timeout_s));
   lim.write_timeout = std::chrono::milliseconds(1000 * static_cast<int64_t>(o.write_timeout_s));
