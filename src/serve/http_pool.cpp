@@ -137,10 +137,10 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// Polls `fd` for `events` until `deadline`, in slices of at most 100 ms so
-// that `give_up` (the server stopped, say) is noticed, and asks it first.
-// True when ready, or when the socket reports an error or hang-up (the read
-// or write then says so).
+// Polls `fd` for `events` until `deadline`, in slices of at most 50 ms so
+// that `give_up` (the server stopped, a backlog formed) is noticed, and asks
+// it first. True when ready, or when the socket reports an error or hang-up
+// (the read or write then says so).
 template <class GiveUp>
 bool wait_for(int fd, short events, SteadyClock::time_point deadline, GiveUp&& give_up) {
   for (;;) {
@@ -150,7 +150,7 @@ bool wait_for(int fd, short events, SteadyClock::time_point deadline, GiveUp&& g
             .count();
     if (left <= 0) return false;
     pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 50)));
     if (r > 0) return true;
     if (r < 0 && errno != EINTR) return false;
   }
@@ -254,17 +254,9 @@ bool wait_for_request(int fd, const ConnStream& s, std::chrono::milliseconds idl
                       std::chrono::milliseconds idle_under_backlog, GiveUp&& stopped) {
   if (s.buffered()) return true;
   const auto start = SteadyClock::now();
-  for (;;) {
-    const auto waited = SteadyClock::now() - start;
-    if (waited >= idle || stopped()) return false;
-    if (waited >= idle_under_backlog && WorkerPool::backlog()) return false;
-    const auto slice = std::min<int64_t>(
-        50, std::chrono::duration_cast<std::chrono::milliseconds>(idle - waited).count() + 1);
-    pollfd p{fd, POLLIN, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(slice));
-    if (r > 0) return true;
-    if (r < 0 && errno != EINTR) return false;
-  }
+  return wait_for(fd, POLLIN, start + idle, [&] {
+    return stopped() || (SteadyClock::now() - start >= idle_under_backlog && WorkerPool::backlog());
+  });
 }
 
 // Closes a connection. If the client is still sending (a body that was

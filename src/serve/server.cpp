@@ -337,6 +337,14 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   stream_response(res, StreamDeps{engine, adm, metrics, o.heartbeat_ms}, std::move(sp), ref);
 }
 
+// The refusal of a connection over the cap (pre-routing, or before any
+// request: HttpServer's silent refusal).
+namespace {
+ApiError too_many_connections() {
+  return {503, "server_unavailable", "too_many_connections", "too many open connections", ""};
+}
+}  // namespace
+
 // Requests refused before their body is read, with the connection closed
 // after the reply (whatever body there is stays unread on it): over the
 // connection cap (503); a body framed other than by one decimal
@@ -344,7 +352,8 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
 // and a POST without a length until the client closes; every client of this
 // API sends one): 411 or 400; a body on a GET or HEAD, which httplib would
 // leave on the connection to be read as the next request: 400. True when
-// `res` holds the refusal.
+// `res` holds the refusal. Called as soon as the headers are read (Expect
+// and pre-routing), it also tells HttpServer the body's length.
 bool Server::Impl::refuse_framing(const httplib::Request& req, httplib::Response& res) {
   const size_t n = req.get_header_value_count("Content-Length");
   const std::string length = n > 0 ? req.get_header_value("Content-Length", 0) : std::string();
@@ -362,8 +371,7 @@ bool Server::Impl::refuse_framing(const httplib::Request& req, httplib::Response
   if (over_capacity_thread()) {
     metrics.connections_refused.fetch_add(1);
     res.set_header("Retry-After", "1");
-    return refuse(
-        {503, "server_unavailable", "too_many_connections", "too many open connections", ""}, 1);
+    return refuse(too_many_connections(), 1);
   }
   if (req.has_header("Transfer-Encoding"))
     return refuse(
@@ -409,14 +417,11 @@ void Server::Impl::routes() {
   // read (httplib answers 100 before any handler runs).
   http.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (refuse_framing(req, res)) return res.status;
+    // A length over --max-body: httplib's own 413, which the error handler
+    // words and closes (refuse_framing has checked the length's digits).
     if (const std::string cl = req.get_header_value("Content-Length");
-        !cl.empty() && std::stoull(cl) > o.max_body_bytes) {
-      close_after_response();
-      res.set_header("Connection", "close");
-      reply_error(res, {413, "invalid_request_error", "body_too_large",
-                        fmt::format("request body exceeds {} bytes", o.max_body_bytes), ""});
-      return 413;
-    }
+        !cl.empty() && std::stoull(cl) > o.max_body_bytes)
+      return res.status = 413;
     return 100;
   });
   http.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
@@ -656,8 +661,7 @@ Server::Server(Engine& engine, const ServerOptions& o)
   impl_->http.set_limits(lim);
   impl_->http.set_silent_refusal([this] {
     impl_->metrics.connections_refused.fetch_add(1);
-    const std::string body = error_json(
-        {503, "server_unavailable", "too_many_connections", "too many open connections", ""});
+    const std::string body = error_json(too_many_connections());
     return fmt::format(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
         "Connection: close\r\nContent-Length: {}\r\n\r\n{}",

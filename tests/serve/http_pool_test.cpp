@@ -288,6 +288,7 @@ TEST(HttpServer, ExpectContinueHearsARefusalFirst) {
   };
   const std::string big = ask("Content-Length: 99999999\r\n");
   EXPECT_EQ(big.rfind("HTTP/1.1 413", 0), 0u) << big;
+  EXPECT_NE(big.find("body_too_large"), std::string::npos) << big;
   const std::string chunked = ask("Transfer-Encoding: chunked\r\n");
   EXPECT_EQ(chunked.rfind("HTTP/1.1 411", 0), 0u) << chunked;
   const std::string fine = ask("Content-Length: 16\r\nConnection: close\r\n");
