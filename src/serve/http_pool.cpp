@@ -183,11 +183,34 @@ class ConnStream final : public httplib::Stream {
   void begin_request(SteadyClock::time_point deadline) {
     start_ = SteadyClock::now();
     deadline_ = deadline;
+    in_body_ = after_cr_ = pending_lf_ = false;
+    line_len_ = 0;
   }
   bool buffered() const { return pos_ < len_; }
 
+  // Between requests: drops the CR and LF bytes buffered ahead of the next
+  // request line (RFC 9112 2.2: a server ignores empty lines there; some
+  // clients send CRLF after a body).
+  void skip_empty_lines() {
+    while (pos_ < len_ && (buf_[pos_] == '\r' || buf_[pos_] == '\n')) ++pos_;
+  }
+  // Between requests, once poll has said the socket is readable: takes what
+  // it holds into the empty buffer. False at the end of the stream or on an
+  // error.
+  bool take_available() {
+    ssize_t r;
+    do {
+      r = ::recv(fd_, buf_, sizeof(buf_), MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    if (r == 0) return false;
+    pos_ = 0;
+    len_ = static_cast<size_t>(r);
+    return true;
+  }
+
   bool is_readable() const override {
-    return buffered() || wait_for(fd_, POLLIN, deadline_, give_up_);
+    return buffered() || pending_lf_ || wait_for(fd_, POLLIN, deadline_, give_up_);
   }
   bool is_writable() const override {
     pollfd p{fd_, POLLOUT, 0};
@@ -198,15 +221,10 @@ class ConnStream final : public httplib::Stream {
     }
   }
   ssize_t read(char* ptr, size_t size) override {
+    if (size == 0) return 0;
+    if (!in_body_) return read_head(ptr);
     if (!buffered()) {
-      if (!wait_for(fd_, POLLIN, deadline_, give_up_)) return -1;
-      ssize_t r;
-      do {
-        r = ::recv(fd_, buf_, sizeof(buf_), 0);
-      } while (r < 0 && errno == EINTR);
-      if (r <= 0) return r;
-      pos_ = 0;
-      len_ = static_cast<size_t>(r);
+      if (const ssize_t r = fill(); r <= 0) return r;
     }
     const size_t n = std::min(size, len_ - pos_);
     std::memcpy(ptr, buf_ + pos_, n);
@@ -230,6 +248,54 @@ class ConnStream final : public httplib::Stream {
   socket_t socket() const override { return fd_; }
 
  private:
+  // Waits for bytes until the request's deadline and reads them into the
+  // empty buffer: the count, 0 at the end of the stream, -1 otherwise.
+  ssize_t fill() {
+    if (!wait_for(fd_, POLLIN, deadline_, give_up_)) return -1;
+    ssize_t r;
+    do {
+      r = ::recv(fd_, buf_, sizeof(buf_), 0);
+    } while (r < 0 && errno == EINTR);
+    if (r <= 0) return r;
+    pos_ = 0;
+    len_ = static_cast<size_t>(r);
+    return r;
+  }
+  // The request line and headers, one byte a call (httplib reads them so):
+  // a line ended by a bare LF is handed on ended by CRLF (RFC 9112 2.2
+  // allows a server to take LF alone; httplib looks for CRLF). The empty
+  // line that ends the headers switches to the body, passed on unchanged.
+  ssize_t read_head(char* ptr) {
+    if (pending_lf_) {
+      pending_lf_ = false;
+      *ptr = '\n';
+      end_line();
+      return 1;
+    }
+    if (!buffered()) {
+      if (const ssize_t r = fill(); r <= 0) return r;
+    }
+    const char c = buf_[pos_++];
+    if (c == '\n' && !after_cr_) {
+      pending_lf_ = true;
+      *ptr = '\r';
+      return 1;
+    }
+    if (c == '\n') {
+      end_line();
+    } else {
+      after_cr_ = c == '\r';
+      if (c != '\r') ++line_len_;
+    }
+    *ptr = c;
+    return 1;
+  }
+  void end_line() {
+    if (line_len_ == 0) in_body_ = true;
+    line_len_ = 0;
+    after_cr_ = false;
+  }
+
   const int fd_;
   const std::chrono::milliseconds write_timeout_;
   const std::function<bool()> stopped_;
@@ -244,19 +310,30 @@ class ConnStream final : public httplib::Stream {
   SteadyClock::time_point start_{}, deadline_{};
   char buf_[4096];
   size_t pos_ = 0, len_ = 0;
+  // Where the current request is: in its line and headers (which line,
+  // how long so far, after a CR, owing the LF of a bare LF) or its body.
+  bool in_body_ = false, after_cr_ = false, pending_lf_ = false;
+  size_t line_len_ = 0;
 };
 
 // Waits for the first byte of a connection's next request: true when it has
 // come. Gives up after `idle`, once the server stops, or, while connections
 // wait for a worker, after `idle_under_backlog`.
+// Empty lines ahead of the request are dropped as they come.
 template <class GiveUp>
-bool wait_for_request(int fd, const ConnStream& s, std::chrono::milliseconds idle,
+bool wait_for_request(int fd, ConnStream& s, std::chrono::milliseconds idle,
                       std::chrono::milliseconds idle_under_backlog, GiveUp&& stopped) {
-  if (s.buffered()) return true;
   const auto start = SteadyClock::now();
-  return wait_for(fd, POLLIN, start + idle, [&] {
-    return stopped() || (SteadyClock::now() - start >= idle_under_backlog && WorkerPool::backlog());
-  });
+  for (;;) {
+    s.skip_empty_lines();
+    if (s.buffered()) return true;
+    if (!wait_for(fd, POLLIN, start + idle, [&] {
+          return stopped() ||
+                 (SteadyClock::now() - start >= idle_under_backlog && WorkerPool::backlog());
+        }))
+      return false;
+    if (!s.take_available()) return false;
+  }
 }
 
 // Closes a connection. If the client is still sending (a body that was

@@ -95,6 +95,8 @@ class WorkerPool : public httplib::TaskQueue {
 // - a connection over the cap (a refusing thread) gets 100 ms to start its
 //   request and one second to send its headers; one that sends nothing gets
 //   the silent-refusal reply (503) all the same;
+// - lines ended by a bare LF are handed to httplib ended by CRLF, and empty
+//   lines before a request line are dropped (RFC 9112 2.2);
 // - on close, bytes the client still sends (a refused body) are read and
 //   dropped for up to 250 ms after the reply, so the close does not reset
 //   the connection before the client has read the reply.

@@ -324,6 +324,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   sp.created = unix_now();
   sp.chat = chat;
   sp.stream = r.stream;
+  sp.close_delimited = req.version == "HTTP/1.0";
   sp.include_usage = r.include_usage;
   sp.top_logprobs = r.top_logprobs;
   sp.n_prompt = n_prompt;
@@ -424,15 +425,26 @@ void Server::Impl::routes() {
       return res.status = 413;
     return 100;
   });
-  http.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+  http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // Streamed generations count themselves when they end.
-    if (!res.is_chunked_content_provider_) metrics.count_status(res.status);
+    if (!res.content_provider_) metrics.count_status(res.status);
     // While accepted connections wait for a worker, this one is handed
     // over after its reply, and the reply says so: a client told to
     // reconnect loses nothing, where one whose idle keep-alive connection
     // is closed under it may send a request into the close.
-    if (WorkerPool::backlog()) {
+    bool close = WorkerPool::backlog() || res.get_header_value("Connection") == "close";
+    // HTTP/1.0: a connection persists only when the client asks with
+    // "Connection: Keep-Alive" (httplib's test, to the letter) and the
+    // reply's end is known without closing it; the reply says which.
+    if (req.version == "HTTP/1.0") {
+      const bool by_close =
+          res.content_provider_ && !res.is_chunked_content_provider_ && res.content_length_ == 0;
+      close = close || by_close || req.get_header_value("Connection") != "Keep-Alive";
+      if (!close) res.set_header("Connection", "Keep-Alive");
+    }
+    if (close) {
       close_after_response();
+      res.headers.erase("Keep-Alive");
       if (!res.has_header("Connection")) res.set_header("Connection", "close");
     }
   });

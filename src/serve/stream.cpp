@@ -299,8 +299,11 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
     }
   }
   auto provider = [s, run](size_t, httplib::DataSink& sink) { return run(sink, Clock::time_point::max()); };
-  res.set_chunked_content_provider(streaming ? "text/event-stream" : "application/json", provider,
-                                   [releaser](bool) { releaser(true); });
+  const char* type = streaming ? "text/event-stream" : "application/json";
+  if (s->spec.close_delimited)
+    res.set_content_provider(type, provider, [releaser](bool) { releaser(true); });
+  else
+    res.set_chunked_content_provider(type, provider, [releaser](bool) { releaser(true); });
 }
 
 }  // namespace edgelm::serve

@@ -26,6 +26,9 @@ struct StreamSpec {
   int64_t created = 0;  // unix seconds
   bool chat = false;
   bool stream = false;
+  // An HTTP/1.0 client, which knows no chunked encoding: a body that is not
+  // sent whole ends when the connection closes.
+  bool close_delimited = false;
   bool include_usage = false;
   int top_logprobs = -1;
   int n_prompt = 0;

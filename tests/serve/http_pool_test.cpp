@@ -18,6 +18,8 @@
 
 #include <poll.h>
 
+#include <nlohmann/json.hpp>
+
 #include "server_fixture.h"
 
 namespace edgelm::serve {
@@ -468,6 +470,104 @@ TEST(HttpServer, PipelinedRequestsAreAllAnswered) {
   const std::string got = test::send_and_hang_up(s.port, two, 2000);
   EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
   EXPECT_NE(got.find("HTTP/1.1 200", 5), std::string::npos) << got;
+}
+
+// The part of `reply` before its blank line.
+std::string head_of(const std::string& reply) {
+  return reply.substr(0, reply.find("\r\n\r\n"));
+}
+
+// An HTTP/1.0 client knows no chunked encoding: a streamed answer is sent
+// as it comes and ends when the server closes the connection, which the
+// reply says (and no Keep-Alive): even when the client asked to keep the
+// connection, which an answer sent whole, with its length, does.
+TEST(HttpServer, AnHttp10StreamEndsWithTheConnectionNotInChunks) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  for (const std::string connection : {"", "Connection: Keep-Alive\r\n"}) {
+    for (const bool stream : {true, false}) {
+      const std::string body = test::chat_body("hi", 5, stream);
+      bool closed = false;
+      const std::string got = exchange(
+          s.port,
+          "POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n" + connection +
+              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+          connection.empty() || stream ? 5 : 1, &closed);
+      const std::string head = head_of(got);
+      SCOPED_TRACE(connection + (stream ? "streamed" : "whole"));
+      EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+      EXPECT_EQ(head.find("Transfer-Encoding"), std::string::npos) << head;
+      if (stream || connection.empty()) {
+        EXPECT_EQ(head.find("Keep-Alive"), std::string::npos) << head;
+        EXPECT_TRUE(closed);
+      } else {  // sent whole, with its length: the connection stays
+        EXPECT_NE(head.find("Connection: Keep-Alive"), std::string::npos) << head;
+        EXPECT_FALSE(closed);
+      }
+      const std::string rest = got.substr(std::min(got.size(), head.size() + 4));
+      if (stream) {
+        EXPECT_NE(head.find("Connection: close"), std::string::npos) << head;
+        EXPECT_EQ(rest.rfind("data: {", 0), 0u) << "a chunk size before the event: " << rest;
+        EXPECT_NE(rest.find("data: [DONE]\n\n"), std::string::npos) << rest;
+        EXPECT_EQ(rest.find("\r\n0\r\n"), std::string::npos) << "a last chunk: " << rest;
+      } else {
+        const auto j = nlohmann::json::parse(rest, nullptr, false);
+        EXPECT_FALSE(j.is_discarded()) << rest;
+      }
+    }
+  }
+  EXPECT_TRUE(s.wait_idle());
+}
+
+// HTTP/1.0 replies say whether the connection stays: it does when the
+// client asked (Connection: Keep-Alive), and is closed otherwise; neither
+// reply advertises a Keep-Alive the server will not keep.
+TEST(HttpServer, AnHttp10ConnectionPersistsOnlyWhenAsked) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  bool closed = false;
+  std::string got = exchange(s.port, "GET /health HTTP/1.0\r\n\r\n", 3, &closed);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_NE(head_of(got).find("Connection: close"), std::string::npos) << got;
+  EXPECT_EQ(head_of(got).find("Keep-Alive"), std::string::npos) << got;
+  EXPECT_TRUE(closed);
+  got = exchange(s.port,
+                 "GET /health HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"
+                 "GET /ready HTTP/1.0\r\n\r\n",
+                 3, &closed);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_NE(head_of(got).find("Connection: Keep-Alive"), std::string::npos) << got;
+  const size_t second = got.find("HTTP/1.1 200", 5);
+  ASSERT_NE(second, std::string::npos) << "the kept connection's next request: " << got;
+  EXPECT_NE(head_of(got.substr(second)).find("Connection: close"), std::string::npos) << got;
+  EXPECT_TRUE(closed);
+}
+
+// Lines ended by a bare LF are read as lines (RFC 9112 2.2 allows it, and
+// `printf 'GET /health HTTP/1.0\n\n' | nc` is how some check a server), and
+// empty lines before a request (a CRLF some clients send after a body) are
+// skipped instead of answered 400. A body keeps its bytes as sent.
+TEST(HttpServer, BareLineFeedsAndEmptyLinesBeforeARequestAreRead) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  bool closed = false;
+  std::string got = exchange(s.port, "GET /health HTTP/1.0\n\n", 3, &closed);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_TRUE(closed);
+  const std::string body = "{\n\"content\":\"hi\"\n}";  // LFs a rewrite of the body would change
+  got = exchange(s.port,
+                 "\r\n\r\nGET /health HTTP/1.1\nHost: x\n\nPOST /tokenize HTTP/1.1\nHost: x\n"
+                 "Content-Length: " +
+                     std::to_string(body.size()) + "\n\n" + body +
+                     "\r\nGET /ready HTTP/1.1\r\nConnection: close\r\n\r\n",
+                 3, &closed);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  const size_t second = got.find("HTTP/1.1 ", 5);
+  ASSERT_NE(second, std::string::npos) << got;
+  EXPECT_EQ(got.substr(second, 12), "HTTP/1.1 200") << got;
+  EXPECT_NE(got.find("{\"tokens\":[", second), std::string::npos) << got;
+  const size_t third = got.find("HTTP/1.1 ", second + 5);
+  ASSERT_NE(third, std::string::npos) << "the request after the body's CRLF: " << got;
+  EXPECT_EQ(got.substr(third, 12), "HTTP/1.1 200") << got;
+  EXPECT_NE(got.find("\"ready\"", third), std::string::npos) << got;
+  EXPECT_TRUE(closed);
 }
 
 // Once the server stops, a request still arriving does not hold it up.
