@@ -5,6 +5,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 
 #include "core/sched.h"
 
@@ -27,7 +30,9 @@ thread_local bool t_close_after = false;
 // Seconds a request may take beyond the first one while connections wait
 // for a worker: none until its headers are read, then its body's at 64 KiB/s.
 thread_local double t_body_seconds = 0;
-thread_local const WorkerPool* t_pool = nullptr;
+thread_local WorkerPool* t_pool = nullptr;
+// Set by WorkerPool::park: the job's connection stays open, parked.
+thread_local bool t_parked = false;
 // A pool thread's nice values: as it started (the process's, the engine's)
 // and as the pool runs it. Unset (INT_MIN) on threads outside a pool.
 thread_local int t_base_nice = INT_MIN;
@@ -63,8 +68,10 @@ bool set_thread_urgent(bool urgent) {
 }
 
 WorkerPool::WorkerPool(int workers, int cap, int nice) : cap_(cap), nice_(nice) {
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(jobs_, false); });
   for (int i = 0; i < kRefusers; ++i) threads_.emplace_back([this] { loop(refusals_, true); });
+  if (wake_fd_ >= 0) threads_.emplace_back([this] { lobby(); });
 }
 
 WorkerPool::~WorkerPool() { shutdown(); }
@@ -92,7 +99,13 @@ void WorkerPool::shutdown() {
   }
   jobs_cv_.notify_all();
   refusals_cv_.notify_all();
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
   for (auto& t : threads_) t.join();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  wake_fd_ = -1;
 }
 
 int WorkerPool::open() const {
@@ -104,6 +117,147 @@ bool WorkerPool::backlog() {
   if (t_pool == nullptr) return false;
   std::lock_guard<std::mutex> lk(t_pool->mu_);
   return !t_pool->jobs_.empty();
+}
+
+bool WorkerPool::at_cap() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return open_ >= cap_;
+}
+
+bool WorkerPool::crowded() {
+  return t_pool != nullptr && t_pool->at_cap();
+}
+
+bool WorkerPool::can_park() {
+  return t_pool != nullptr && !t_over_capacity && t_pool->wake_fd_ >= 0;
+}
+
+void WorkerPool::park(std::unique_ptr<Parked> p) {
+  WorkerPool* pool = t_pool;
+  {
+    std::lock_guard<std::mutex> lk(pool->mu_);
+    if (pool->stop_) return;  // p closes; the worker's loop counts it closed
+    pool->parking_.push_back(std::move(p));
+  }
+  t_parked = true;
+  const uint64_t one = 1;
+  (void)!::write(pool->wake_fd_, &one, sizeof(one));
+}
+
+bool WorkerPool::resume(std::unique_ptr<Parked>& p) {
+  // std::function must be copyable: the connection travels in a shared box,
+  // and closes with it should the job be dropped unrun.
+  auto box = std::make_shared<std::unique_ptr<Parked>>(std::move(p));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) {
+      p = std::move(*box);
+      return false;
+    }
+    jobs_.push_back([box] {
+      std::unique_ptr<Parked> c = std::move(*box);
+      Parked* raw = c.get();
+      raw->serve(std::move(c));
+    });
+  }
+  jobs_cv_.notify_one();
+  return true;
+}
+
+// The lobby: one thread polls every parked connection (epoll), asks each
+// what its bytes and its clock say, and hands it to a worker, or closes it.
+void WorkerPool::lobby() {
+  lower_thread_priority(nice_);
+  request_short_slice();
+  using Next = Parked::Next;
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  std::unordered_map<int, std::unique_ptr<Parked>> parked;
+  const auto closed = [this](int n) {
+    std::lock_guard<std::mutex> lk(mu_);
+    open_ -= n;
+  };
+  epoll_event wake{};
+  wake.events = EPOLLIN;
+  wake.data.fd = wake_fd_;
+  if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, wake_fd_, &wake) != 0) {
+    // No poller: nothing can wait here; parked connections are closed.
+    for (;;) {
+      std::vector<std::unique_ptr<Parked>> in;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        in.swap(parking_);
+        if (stop_ && in.empty()) break;
+      }
+      closed(static_cast<int>(in.size()));
+      in.clear();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (ep >= 0) ::close(ep);
+    return;
+  }
+  const auto settle = [&](int fd, Next next) {
+    if (next == Next::kWait) return;
+    auto it = parked.find(fd);
+    if (it == parked.end()) return;
+    epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+    std::unique_ptr<Parked> p = std::move(it->second);
+    parked.erase(it);
+    if (next == Next::kServe && resume(p)) return;
+    p.reset();
+    closed(1);
+  };
+  epoll_event evs[64];
+  std::vector<std::pair<int, Next>> due;
+  for (;;) {
+    std::vector<std::unique_ptr<Parked>> in;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) break;
+      in.swap(parking_);
+    }
+    for (auto& p : in) {
+      const int fd = p->fd();
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        p.reset();
+        closed(1);
+        continue;
+      }
+      parked.emplace(fd, std::move(p));
+    }
+    const int n = epoll_wait(ep, evs, 64, 50);
+    for (int i = 0; i < n; ++i) {
+      const int fd = evs[i].data.fd;
+      if (fd == wake_fd_) {
+        uint64_t v;
+        (void)!::read(wake_fd_, &v, sizeof(v));
+        continue;
+      }
+      auto it = parked.find(fd);
+      if (it != parked.end()) settle(fd, it->second->readable());
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const bool full = at_cap();
+    due.clear();
+    for (auto& [fd, p] : parked) {
+      Next next = p->expired(now);
+      if (next == Next::kWait && full && p->gives_way(now)) next = Next::kDrop;
+      if (next != Next::kWait) due.emplace_back(fd, next);
+    }
+    for (const auto& [fd, next] : due) settle(fd, next);
+  }
+  // Stopping: every parked connection closes.
+  int n = static_cast<int>(parked.size());
+  parked.clear();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    n += static_cast<int>(parking_.size());
+    parking_.clear();
+  }
+  closed(n);
+  ::close(ep);
 }
 
 void WorkerPool::loop(std::deque<std::function<void()>>& q, bool refusing) {
@@ -122,9 +276,10 @@ void WorkerPool::loop(std::deque<std::function<void()>>& q, bool refusing) {
       fn = std::move(q.front());
       q.pop_front();
     }
-    fn();  // serves the connection until it closes
+    t_parked = false;
+    fn();                      // serves the connection until it closes, or parks it
     set_thread_urgent(false);  // whatever its requests were: an idle worker waits lowered
-    if (!refusing) {
+    if (!refusing && !t_parked) {
       std::lock_guard<std::mutex> lk(mu_);
       --open_;
     }
@@ -171,14 +326,174 @@ void endpoint_of(int fd, bool peer, std::string& ip, int& port) {
                                  : ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
 }
 
-// One connection's byte stream, for all of its requests (bytes of a
-// pipelined next request read with this one stay in the buffer). Reads fail
-// after the current request's deadline or once the server stops; writes wait
-// at most write_timeout for room each.
+}  // namespace
+
+// One connection: its socket and the bytes read from it that httplib has
+// not taken yet (a pipelined next request's stay for it). It moves between
+// the workers, which serve its requests, and the pool's lobby, where it
+// waits for the next one.
+class HttpConn final : public WorkerPool::Parked {
+ public:
+  HttpConn(HttpServer& server, int sock) : server_(server), sock(sock) {}
+  ~HttpConn() override {
+    if (sock >= 0) ::close(sock);
+  }
+
+  // What the lobby keeps of a request before handing it to a worker: its
+  // line and headers, and its body when the whole request fits (larger
+  // bodies are read by the worker). Connections x this bounds the lobby's
+  // memory (server_buffer_bytes).
+  static constexpr size_t kLobbyBytes = 64 * 1024;
+
+  int fd() const override { return sock; }
+  Next readable() override {
+    const bool open = take_available();
+    if (request_ready()) return Next::kServe;
+    if (!open) return Next::kDrop;  // the client left with no whole request
+    return Next::kWait;
+  }
+  Next expired(SteadyClock::time_point now) override {
+    if (now < deadline()) return Next::kWait;
+    // A request begun but not whole in time goes to a worker, which answers
+    // it 400 (its reads fail at the deadline); an idle connection closes.
+    return started ? Next::kServe : Next::kDrop;
+  }
+  bool gives_way(SteadyClock::time_point now) const override {
+    // New and silent for 200 ms, or answered and idle for a second (its
+    // client may be about to reuse it: replies written while the cap is
+    // full say Connection: close).
+    return !started && now - parked_at >= std::chrono::milliseconds(served == 0 ? 200 : 1000);
+  }
+  void serve(std::unique_ptr<Parked> self) override {
+    server_.serve(std::unique_ptr<HttpConn>(static_cast<HttpConn*>(self.release())));
+  }
+
+  bool buffered() const { return pos < in.size(); }
+  // When the current request must be whole: read_timeout after its first
+  // byte; between requests, keep_alive after the last reply.
+  SteadyClock::time_point deadline() const {
+    return started ? first_byte + server_.lim_.read_timeout : parked_at + server_.lim_.keep_alive;
+  }
+
+  // Reads what the socket holds now, without waiting (up to kLobbyBytes
+  // buffered). False at the end of the stream or on an error.
+  bool take_available() {
+    compact();
+    while (in.size() - pos < kLobbyBytes) {
+      const size_t old = in.size();
+      in.resize(old + 4096);
+      ssize_t r;
+      do {
+        r = ::recv(sock, in.data() + old, 4096, MSG_DONTWAIT);
+      } while (r < 0 && errno == EINTR);
+      in.resize(old + static_cast<size_t>(std::max<ssize_t>(r, 0)));
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        eof = true;
+        break;
+      }
+      if (r < 4096) break;
+    }
+    note_bytes();
+    return !eof;
+  }
+  // After bytes were added: empty lines before a request line are dropped
+  // (RFC 9112 2.2: a server ignores them; some clients send CRLF after a
+  // body), and the first byte of a request starts its clock.
+  void note_bytes() {
+    if (started) return;
+    while (pos < in.size() && (in[pos] == '\r' || in[pos] == '\n')) ++pos;
+    if (buffered()) {
+      started = true;
+      first_byte = SteadyClock::now();
+    }
+  }
+  // A request ended: the next one starts with the bytes already here.
+  void request_done() {
+    started = false;
+    ++served;
+    note_bytes();
+  }
+  void compact() {
+    if (pos == in.size()) {
+      in.clear();
+      pos = 0;
+    } else if (pos >= 4096) {
+      in.erase(0, pos);
+      pos = 0;
+    }
+  }
+
+  // Whether a worker should take the connection: its next request's line
+  // and headers are here, and its body too unless it is longer than the
+  // lobby keeps or the client waits for "100 Continue" before sending it;
+  // or the lobby's bound is reached. A bare LF ends a line as CRLF does.
+  bool request_ready() const {
+    if (!started) return false;
+    const std::string_view b(in.data() + pos, in.size() - pos);
+    if (b.size() >= kLobbyBytes) return true;
+    size_t line = 0, head_end = std::string_view::npos;
+    uint64_t length = 0;
+    bool wait_body = true, seen_length = false;
+    for (size_t nl; (nl = b.find('\n', line)) != std::string_view::npos; line = nl + 1) {
+      std::string_view l = b.substr(line, nl - line);
+      if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+      if (l.empty()) {
+        head_end = nl + 1;
+        break;
+      }
+      if (line == 0) continue;  // the request line
+      const size_t colon = l.find(':');
+      if (colon == std::string_view::npos) continue;
+      const std::string_view name = l.substr(0, colon);
+      std::string_view value = l.substr(colon + 1);
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+        value.remove_prefix(1);
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
+        value.remove_suffix(1);
+      if (iequals(name, "content-length")) {
+        // The framing checks come later (server.cpp); here only a length to
+        // wait for, when it is plainly one.
+        if (seen_length || value.empty() || value.size() > 18 ||
+            value.find_first_not_of("0123456789") != std::string_view::npos)
+          wait_body = false;
+        else
+          length = std::stoull(std::string(value));
+        seen_length = true;
+      } else if (iequals(name, "expect") || iequals(name, "transfer-encoding")) {
+        wait_body = false;
+      }
+    }
+    if (head_end == std::string_view::npos) return false;
+    return !wait_body || head_end + length > kLobbyBytes || b.size() - head_end >= length;
+  }
+
+  HttpServer& server_;
+  int sock;
+  std::string in;  // bytes read; in[pos..] not yet taken
+  size_t pos = 0;
+  bool eof = false;      // the client sent its last byte
+  bool started = false;  // a request's first byte is here
+  int served = 0;
+  SteadyClock::time_point first_byte{}, parked_at{};
+
+ private:
+  static bool iequals(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::tolower(static_cast<unsigned char>(a[i])) != b[i]) return false;
+    return true;
+  }
+};
+
+namespace {
+
+// A connection's byte stream for httplib, one request at a time, over the
+// connection's buffer. Reads fail after the request's deadline or once the
+// server stops; writes wait at most write_timeout for room each.
 class ConnStream final : public httplib::Stream {
  public:
-  ConnStream(int fd, std::chrono::milliseconds write_timeout, std::function<bool()> stopped)
-      : fd_(fd), write_timeout_(write_timeout), stopped_(std::move(stopped)) {}
+  ConnStream(HttpConn& c, std::chrono::milliseconds write_timeout, std::function<bool()> stopped)
+      : c_(c), write_timeout_(write_timeout), stopped_(std::move(stopped)) {}
 
   void begin_request(SteadyClock::time_point deadline) {
     start_ = SteadyClock::now();
@@ -186,34 +501,12 @@ class ConnStream final : public httplib::Stream {
     in_body_ = after_cr_ = pending_lf_ = false;
     line_len_ = 0;
   }
-  bool buffered() const { return pos_ < len_; }
-
-  // Between requests: drops the CR and LF bytes buffered ahead of the next
-  // request line (RFC 9112 2.2: a server ignores empty lines there; some
-  // clients send CRLF after a body).
-  void skip_empty_lines() {
-    while (pos_ < len_ && (buf_[pos_] == '\r' || buf_[pos_] == '\n')) ++pos_;
-  }
-  // Between requests, once poll has said the socket is readable: takes what
-  // it holds into the empty buffer. False at the end of the stream or on an
-  // error.
-  bool take_available() {
-    ssize_t r;
-    do {
-      r = ::recv(fd_, buf_, sizeof(buf_), MSG_DONTWAIT);
-    } while (r < 0 && errno == EINTR);
-    if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
-    if (r == 0) return false;
-    pos_ = 0;
-    len_ = static_cast<size_t>(r);
-    return true;
-  }
 
   bool is_readable() const override {
-    return buffered() || pending_lf_ || wait_for(fd_, POLLIN, deadline_, give_up_);
+    return c_.buffered() || pending_lf_ || wait_for(c_.sock, POLLIN, deadline_, give_up_);
   }
   bool is_writable() const override {
-    pollfd p{fd_, POLLOUT, 0};
+    pollfd p{c_.sock, POLLOUT, 0};
     for (;;) {
       const int r = ::poll(&p, 1, static_cast<int>(write_timeout_.count()));
       if (r < 0 && errno == EINTR) continue;
@@ -223,42 +516,45 @@ class ConnStream final : public httplib::Stream {
   ssize_t read(char* ptr, size_t size) override {
     if (size == 0) return 0;
     if (!in_body_) return read_head(ptr);
-    if (!buffered()) {
+    if (!c_.buffered()) {
       if (const ssize_t r = fill(); r <= 0) return r;
     }
-    const size_t n = std::min(size, len_ - pos_);
-    std::memcpy(ptr, buf_ + pos_, n);
-    pos_ += n;
+    const size_t n = std::min(size, c_.in.size() - c_.pos);
+    std::memcpy(ptr, c_.in.data() + c_.pos, n);
+    c_.pos += n;
     return static_cast<ssize_t>(n);
   }
   ssize_t write(const char* ptr, size_t size) override {
     if (!is_writable()) return -1;
     ssize_t r;
     do {
-      r = ::send(fd_, ptr, size, MSG_NOSIGNAL);
+      r = ::send(c_.sock, ptr, size, MSG_NOSIGNAL);
     } while (r < 0 && errno == EINTR);
     return r;
   }
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    endpoint_of(fd_, true, ip, port);
+    endpoint_of(c_.sock, true, ip, port);
   }
   void get_local_ip_and_port(std::string& ip, int& port) const override {
-    endpoint_of(fd_, false, ip, port);
+    endpoint_of(c_.sock, false, ip, port);
   }
-  socket_t socket() const override { return fd_; }
+  socket_t socket() const override { return c_.sock; }
 
  private:
   // Waits for bytes until the request's deadline and reads them into the
-  // empty buffer: the count, 0 at the end of the stream, -1 otherwise.
+  // emptied buffer: the count, 0 at the end of the stream, -1 otherwise.
   ssize_t fill() {
-    if (!wait_for(fd_, POLLIN, deadline_, give_up_)) return -1;
+    if (c_.eof) return 0;
+    if (!wait_for(c_.sock, POLLIN, deadline_, give_up_)) return -1;
+    c_.compact();
+    const size_t old = c_.in.size();
+    c_.in.resize(old + 4096);
     ssize_t r;
     do {
-      r = ::recv(fd_, buf_, sizeof(buf_), 0);
+      r = ::recv(c_.sock, c_.in.data() + old, 4096, 0);
     } while (r < 0 && errno == EINTR);
-    if (r <= 0) return r;
-    pos_ = 0;
-    len_ = static_cast<size_t>(r);
+    c_.in.resize(old + static_cast<size_t>(std::max<ssize_t>(r, 0)));
+    if (r == 0) c_.eof = true;
     return r;
   }
   // The request line and headers, one byte a call (httplib reads them so):
@@ -272,10 +568,10 @@ class ConnStream final : public httplib::Stream {
       end_line();
       return 1;
     }
-    if (!buffered()) {
+    if (!c_.buffered()) {
       if (const ssize_t r = fill(); r <= 0) return r;
     }
-    const char c = buf_[pos_++];
+    const char c = c_.in[c_.pos++];
     if (c == '\n' && !after_cr_) {
       pending_lf_ = true;
       *ptr = '\r';
@@ -296,7 +592,7 @@ class ConnStream final : public httplib::Stream {
     after_cr_ = false;
   }
 
-  const int fd_;
+  HttpConn& c_;
   const std::chrono::milliseconds write_timeout_;
   const std::function<bool()> stopped_;
   // Stop waiting for the request: the server stopped, or, while
@@ -308,33 +604,11 @@ class ConnStream final : public httplib::Stream {
             WorkerPool::backlog());
   };
   SteadyClock::time_point start_{}, deadline_{};
-  char buf_[4096];
-  size_t pos_ = 0, len_ = 0;
-  // Where the current request is: in its line and headers (which line,
-  // how long so far, after a CR, owing the LF of a bare LF) or its body.
+  // Where the current request is: in its line and headers (how long the
+  // line is so far, after a CR, owing the LF of a bare LF) or its body.
   bool in_body_ = false, after_cr_ = false, pending_lf_ = false;
   size_t line_len_ = 0;
 };
-
-// Waits for the first byte of a connection's next request: true when it has
-// come. Gives up after `idle`, once the server stops, or, while connections
-// wait for a worker, after `idle_under_backlog`.
-// Empty lines ahead of the request are dropped as they come.
-template <class GiveUp>
-bool wait_for_request(int fd, ConnStream& s, std::chrono::milliseconds idle,
-                      std::chrono::milliseconds idle_under_backlog, GiveUp&& stopped) {
-  const auto start = SteadyClock::now();
-  for (;;) {
-    s.skip_empty_lines();
-    if (s.buffered()) return true;
-    if (!wait_for(fd, POLLIN, start + idle, [&] {
-          return stopped() ||
-                 (SteadyClock::now() - start >= idle_under_backlog && WorkerPool::backlog());
-        }))
-      return false;
-    if (!s.take_available()) return false;
-  }
-}
 
 // Closes a connection. If the client is still sending (a body that was
 // refused unread), reads and drops it for up to 250 ms (at most 16 MiB)
@@ -360,18 +634,62 @@ void close_connection(int fd, bool expect_more = false) {
 }  // namespace
 
 bool HttpServer::process_and_close_socket(socket_t sock) {
-  using std::chrono::milliseconds;
-  const bool refusing = over_capacity_thread();
+  if (over_capacity_thread()) {
+    refuse(sock);
+    return false;
+  }
+  auto c = std::make_unique<HttpConn>(*this, sock);
+  c->parked_at = SteadyClock::now();
+  serve(std::move(c));
+  return true;
+}
+
+void HttpServer::serve(std::unique_ptr<HttpConn> c) {
   const auto stopped = [this] { return this->stopped(); };
-  ConnStream strm(sock, lim_.write_timeout, stopped);
-  // Over the cap: a moment to start the request and a second to send its
-  // headers (the reply needs no body); no second request.
-  const milliseconds idle = refusing ? milliseconds(100) : lim_.keep_alive;
-  const milliseconds read_timeout =
-      refusing ? std::min(lim_.read_timeout, milliseconds(1000)) : lim_.read_timeout;
-  bool ret = true;
-  if (refusing && !wait_for_request(sock, strm, idle, idle, stopped)) {
-    // Silent over the cap: the refusal all the same, before the request.
+  ConnStream strm(*c, lim_.write_timeout, stopped);
+  while (!stopped() && c->served < lim_.keep_alive_requests) {
+    if (!c->request_ready() && !c->eof) c->take_available();
+    if (!c->request_ready()) {
+      if (c->eof) break;
+      const auto now = SteadyClock::now();
+      if (now < c->deadline()) {
+        if (WorkerPool::can_park()) {
+          WorkerPool::park(std::move(c));
+          return;
+        }
+        // No lobby to wait in: wait here.
+        if (wait_for(c->sock, POLLIN, c->deadline(), stopped)) continue;
+      }
+      if (!c->started) break;  // idle past the keep-alive time, or stopped
+      // A request not whole by its deadline: httplib answers it 400.
+    }
+    strm.begin_request(c->first_byte + lim_.read_timeout);
+    t_close_after = false;
+    t_body_seconds = 0;
+    bool closed = false;
+    const bool ok =
+        process_request(strm, c->served + 1 == lim_.keep_alive_requests, closed, nullptr);
+    c->parked_at = SteadyClock::now();
+    c->request_done();
+    if (!ok || closed || t_close_after) break;
+  }
+  t_close_after = false;
+  close_connection(c->sock);
+  c->sock = -1;
+}
+
+// Over the cap (a refusing thread): a moment to start the request and a
+// second to send its headers (the reply needs no body); no second request.
+// One that sends nothing in time gets the refusal all the same.
+void HttpServer::refuse(socket_t sock) {
+  using std::chrono::milliseconds;
+  HttpConn c(*this, sock);
+  ConnStream strm(c, lim_.write_timeout, [this] { return stopped(); });
+  const auto start = SteadyClock::now();
+  while (!c.started && !c.eof && !stopped() &&
+         wait_for(sock, POLLIN, start + milliseconds(100), [this] { return stopped(); }))
+    c.take_available();
+  if (!c.started) {
     const std::string reply = silent_refusal_ && !stopped() ? silent_refusal_() : std::string();
     for (size_t sent = 0; sent < reply.size();) {
       const ssize_t w = strm.write(reply.data() + sent, reply.size() - sent);
@@ -379,24 +697,17 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
       sent += static_cast<size_t>(w);
     }
     close_connection(sock, !reply.empty());
-    return false;
+    c.sock = -1;
+    return;
   }
-  for (int n = 0; n < lim_.keep_alive_requests; ++n) {
-    // A new connection that has sent nothing gives way after 200 ms; one
-    // that has been answered (keep-alive), after a second, since its client
-    // may be about to reuse it (replies written under a backlog already
-    // closed theirs, saying so).
-    if (!wait_for_request(sock, strm, idle, milliseconds(n == 0 ? 200 : 1000), stopped)) break;
-    strm.begin_request(SteadyClock::now() + read_timeout);
-    t_close_after = false;
-    t_body_seconds = 0;
-    bool closed = false;
-    ret = process_request(strm, refusing || n + 1 == lim_.keep_alive_requests, closed, nullptr);
-    if (!ret || closed || t_close_after || refusing) break;
-  }
+  strm.begin_request(c.first_byte + std::min(lim_.read_timeout, milliseconds(1000)));
+  t_close_after = false;
+  t_body_seconds = 0;
+  bool closed = false;
+  process_request(strm, true, closed, nullptr);
   t_close_after = false;
   close_connection(sock);
-  return ret;
+  c.sock = -1;
 }
 
 namespace {

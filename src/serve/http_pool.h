@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -50,8 +51,31 @@ void request_headers_read(uint64_t body_bytes);
 // the cores the engine's steps need, or the admitted streams pay for the
 // refused ones (8 clients retrying at once without waiting sent 2,200
 // requests a second and held an admitted request's first token for 81 s).
+//
+// A connection waits for its next request off the workers: a worker that
+// finds no whole request on its connection parks it with the pool's lobby
+// thread, which polls every parked connection and hands one back to a
+// worker when its request has come (or its time is up), so a worker is
+// never held by a client that is slow to send, or idle between requests.
 class WorkerPool : public httplib::TaskQueue {
  public:
+  // A connection parked in the lobby (HttpServer's). Its methods other than
+  // serve run on the lobby thread.
+  class Parked {
+   public:
+    enum class Next { kWait, kServe, kDrop };
+    virtual ~Parked() = default;  // closes the connection
+    virtual int fd() const = 0;
+    // The socket is readable (bytes, or the end of the stream).
+    virtual Next readable() = 0;
+    // Asked every 50 ms or so: kWait until the connection's time is up.
+    virtual Next expired(std::chrono::steady_clock::time_point now) = 0;
+    // Whether it may be closed now to make room while the cap is full.
+    virtual bool gives_way(std::chrono::steady_clock::time_point now) const = 0;
+    // On a worker: serves the connection's request(s); it may park again.
+    virtual void serve(std::unique_ptr<Parked> self) = 0;
+  };
+
   WorkerPool(int workers, int cap, int nice = 0);
   ~WorkerPool() override;
   void enqueue(std::function<void()> fn) override;
@@ -60,11 +84,22 @@ class WorkerPool : public httplib::TaskQueue {
   // On a thread of a pool: whether connections of that pool wait for a
   // worker (accepted, none free). False elsewhere.
   static bool backlog();
+  // On a worker of a pool: whether its connection cap is full (the next
+  // connection would be refused). False elsewhere.
+  static bool crowded();
+  // On a worker of a pool (not a refusing thread): the connection it serves
+  // may be parked. Then park() takes it; it stays counted under the cap.
+  static bool can_park();
+  static void park(std::unique_ptr<Parked> p);
 
   static constexpr int kRefusers = 4;
 
  private:
   void loop(std::deque<std::function<void()>>& q, bool refusing);
+  void lobby();
+  // Queues `p`'s serve for a worker; false (p kept) once stopping.
+  bool resume(std::unique_ptr<Parked>& p);
+  bool at_cap() const;
 
   const int cap_;
   const int nice_;
@@ -73,6 +108,8 @@ class WorkerPool : public httplib::TaskQueue {
   // (notify_all woke every idle worker, dozens of them, for each).
   std::condition_variable jobs_cv_, refusals_cv_;
   std::deque<std::function<void()>> jobs_, refusals_;
+  std::vector<std::unique_ptr<Parked>> parking_;  // parked, not yet polled
+  int wake_fd_ = -1;                              // eventfd: the lobby's doorbell
   std::vector<std::thread> threads_;
   int open_ = 0;
   bool stop_ = false;
@@ -81,16 +118,19 @@ class WorkerPool : public httplib::TaskQueue {
 // httplib's server with edgelm's own loop over a connection's requests
 // (httplib 0.11's own bounds only each wait for bytes, so a client sending
 // one byte a second held a worker for as long as it liked, and an idle
-// connection held one for the whole keep-alive time even while other
-// connections waited for a worker):
+// connection held one for the whole keep-alive time):
+// - a worker serves a connection only while it has a request to serve:
+//   until a request's line and headers are in (and its body, up to 64 KiB
+//   in all; HttpConn::kLobbyBytes), and between requests, the connection
+//   waits in the pool's lobby;
 // - a request (line, headers and body) must arrive whole within
-//   read_timeout of its first byte, else the connection is closed; while
-//   connections wait for a worker, its line and headers within a second
-//   and its body at 64 KiB/s (plus a second);
-// - between requests a connection may idle for keep_alive, but while
-//   accepted connections wait for a worker (WorkerPool::backlog) only 200 ms
-//   before its first request and a second after (a reply written during a
-//   backlog closes its connection, with Connection: close: server.cpp);
+//   read_timeout of its first byte, else it is answered 400 and the
+//   connection closed; a body read on a worker, while connections wait for
+//   a worker, must come at 64 KiB/s (plus a second);
+// - between requests a connection may idle for keep_alive, but while the
+//   connection cap is full only 200 ms before its first request and a
+//   second after (a reply written while the cap is full closes its
+//   connection, with Connection: close: server.cpp);
 // - once the server stops (drain over), waits for a request end at once;
 // - a connection over the cap (a refusing thread) gets 100 ms to start its
 //   request and one second to send its headers; one that sends nothing gets
@@ -100,6 +140,8 @@ class WorkerPool : public httplib::TaskQueue {
 // - on close, bytes the client still sends (a refused body) are read and
 //   dropped for up to 250 ms after the reply, so the close does not reset
 //   the connection before the client has read the reply.
+class HttpConn;
+
 class HttpServer : public httplib::Server {
  public:
   struct Limits {
@@ -112,7 +154,11 @@ class HttpServer : public httplib::Server {
   void set_silent_refusal(std::function<std::string()> f) { silent_refusal_ = std::move(f); }
 
  private:
+  friend class HttpConn;
   bool process_and_close_socket(socket_t sock) override;
+  // Serves the requests that have come on `c`, then parks or closes it.
+  void serve(std::unique_ptr<HttpConn> c);
+  void refuse(socket_t sock);
   bool stopped() const { return svr_sock_ == INVALID_SOCKET; }
 
   Limits lim_;

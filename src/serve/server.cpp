@@ -38,6 +38,11 @@ int http_threads_for(const ServerOptions& o, int slots) {
   return o.http_threads > 0 ? o.http_threads : std::max(32, slots + o.admission.queue + 16);
 }
 
+// Open connections beyond which new ones are refused (503).
+int connection_cap(const ServerOptions& o, int workers) {
+  return o.max_connections > 0 ? o.max_connections : 4 * workers;
+}
+
 std::string random_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t base = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -56,12 +61,15 @@ constexpr uint64_t kSlotSampleBytes = sizeof(uint64_t) + sizeof(int) + sizeof(st
 uint64_t server_buffer_bytes(const ServerOptions& o, int slots) {
   // Every serving worker may hold one request body, its parsed copy and a
   // response buffer; each refusing thread as much (an upper bound: it reads
-  // no body).
+  // no body). Every open connection may hold what the lobby keeps of its
+  // next request (HttpConn::kLobbyBytes) and one read more.
   const uint64_t per_conn = 3 * static_cast<uint64_t>(o.max_body_bytes) + 64 * 1024;
+  const int workers = http_threads_for(o, slots);
+  const auto cap = static_cast<uint64_t>(connection_cap(o, workers));
   // And every slot one non-streamed answer (its text, logprobs and JSON),
   // which the gate keeps within max_response_bytes.
   // And the status page's ring, with each slot's last token count and rate.
-  return static_cast<uint64_t>(http_threads_for(o, slots) + WorkerPool::kRefusers) * per_conn +
+  return static_cast<uint64_t>(workers + WorkerPool::kRefusers) * per_conn + cap * (64 + 4) * 1024 +
          static_cast<uint64_t>(slots) * o.max_response_bytes + StatusRing::bytes(o.status_seconds) +
          static_cast<uint64_t>(slots) * kSlotSampleBytes;
 }
@@ -428,11 +436,11 @@ void Server::Impl::routes() {
   http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // Streamed generations count themselves when they end.
     if (!res.content_provider_) metrics.count_status(res.status);
-    // While accepted connections wait for a worker, this one is handed
-    // over after its reply, and the reply says so: a client told to
-    // reconnect loses nothing, where one whose idle keep-alive connection
-    // is closed under it may send a request into the close.
-    bool close = WorkerPool::backlog() || res.get_header_value("Connection") == "close";
+    // While the connection cap is full, this connection is closed after
+    // its reply, and the reply says so: a client told to reconnect loses
+    // nothing, where one whose idle keep-alive connection is closed under
+    // it (to make room) may send a request into the close.
+    bool close = WorkerPool::crowded() || res.get_header_value("Connection") == "close";
     // HTTP/1.0: a connection persists only when the client asks with
     // "Connection: Keep-Alive" (httplib's test, to the letter) and the
     // reply's end is known without closing it; the reply says which.
@@ -643,7 +651,7 @@ Server::Server(Engine& engine, const ServerOptions& o)
     impl_->max_piece = std::max(impl_->max_piece, engine.tokenizer().token_piece_view(t).size());
   impl_->vocab = std::make_shared<const constrain::TokenVocab>(engine.tokenizer());
   const int workers = http_threads_for(o, engine.n_slots());
-  const int cap = o.max_connections > 0 ? o.max_connections : 4 * workers;
+  const int cap = connection_cap(o, workers);
   impl_->http.new_task_queue = [this, workers, cap, nice = o.http_nice] {
     impl_->pool = new WorkerPool(workers, cap, nice);
     return impl_->pool;
