@@ -424,9 +424,9 @@ class HttpConn final : public WorkerPool::Parked {
   }
 
   // Whether a worker should take the connection: its next request's line
-  // and headers are here, and its body too unless it is longer than the
-  // lobby keeps or the client waits for "100 Continue" before sending it;
-  // or the lobby's bound is reached. A bare LF ends a line as CRLF does.
+  // and headers are here, and its body too unless the client waits for
+  // "100 Continue" before sending it; or the lobby's bound is reached (a
+  // longer request). A bare LF ends a line as CRLF does.
   bool request_ready() const {
     if (!started) return false;
     const std::string_view b(in.data() + pos, in.size() - pos);
@@ -464,7 +464,9 @@ class HttpConn final : public WorkerPool::Parked {
       }
     }
     if (head_end == std::string_view::npos) return false;
-    return !wait_body || head_end + length > kLobbyBytes || b.size() - head_end >= length;
+    // A longer body: once the lobby's bound is full (above), so that a
+    // client must have sent 64 KiB before a worker waits on the rest.
+    return !wait_body || b.size() - head_end >= length;
   }
 
   HttpServer& server_;

@@ -120,9 +120,9 @@ class WorkerPool : public httplib::TaskQueue {
 // one byte a second held a worker for as long as it liked, and an idle
 // connection held one for the whole keep-alive time):
 // - a worker serves a connection only while it has a request to serve:
-//   until a request's line and headers are in (and its body, up to 64 KiB
-//   in all; HttpConn::kLobbyBytes), and between requests, the connection
-//   waits in the pool's lobby;
+//   until a request is in (line, headers and body; of a longer one, the
+//   first 64 KiB: HttpConn::kLobbyBytes), and between requests, the
+//   connection waits in the pool's lobby;
 // - a request (line, headers and body) must arrive whole within
 //   read_timeout of its first byte, else it is answered 400 and the
 //   connection closed; a body read on a worker, while connections wait for
