@@ -320,8 +320,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-connections", s.max_connections, "Open connections beyond which new ones get 503 (0: 4 x workers)")->capture_default_str();
   cmd->add_option("--read-timeout", s.read_timeout_s,
                   "Seconds a client has to send a whole request (line, headers and body), from its "
-                  "first byte; then the connection closes")
-      ->capture_default_str();
+                  "first byte; then it is answered 400 and the connection closes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--status-seconds", s.status_seconds,
                   "Seconds of per-second history the status page (GET /) keeps: a fixed ring, counted in the plan")
       ->capture_default_str()

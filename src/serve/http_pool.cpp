@@ -242,8 +242,7 @@ void WorkerPool::lobby() {
     const bool full = at_cap();
     due.clear();
     for (auto& [fd, p] : parked) {
-      Next next = p->expired(now);
-      if (next == Next::kWait && full && p->gives_way(now)) next = Next::kDrop;
+      const Next next = p->check(now, full);
       if (next != Next::kWait) due.emplace_back(fd, next);
     }
     for (const auto& [fd, next] : due) settle(fd, next);
@@ -352,17 +351,23 @@ class HttpConn final : public WorkerPool::Parked {
     if (!open) return Next::kDrop;  // the client left with no whole request
     return Next::kWait;
   }
-  Next expired(SteadyClock::time_point now) override {
-    if (now < deadline()) return Next::kWait;
+  Next check(SteadyClock::time_point now, bool full) override {
+    using std::chrono::milliseconds;
     // A request begun but not whole in time goes to a worker, which answers
-    // it 400 (its reads fail at the deadline); an idle connection closes.
-    return started ? Next::kServe : Next::kDrop;
-  }
-  bool gives_way(SteadyClock::time_point now) const override {
-    // New and silent for 200 ms, or answered and idle for a second (its
-    // client may be about to reuse it: replies written while the cap is
-    // full say Connection: close).
-    return !started && now - parked_at >= std::chrono::milliseconds(served == 0 ? 200 : 1000);
+    // it 400; an idle connection closes.
+    if (now >= deadline()) return started ? Next::kServe : Next::kDrop;
+    if (!full) return Next::kWait;
+    // While the cap is full: a new connection silent for 200 ms, or an
+    // answered one idle for a second (its client may be about to reuse it:
+    // replies written while the cap is full say Connection: close), gives
+    // way; a request gets a second for its line and headers.
+    if (!started)
+      return now - parked_at >= milliseconds(served == 0 ? 200 : 1000) ? Next::kDrop : Next::kWait;
+    if (now - first_byte >= milliseconds(1000) && !scan().head_done) {
+      cut = true;
+      return Next::kServe;
+    }
+    return Next::kWait;
   }
   void serve(std::unique_ptr<Parked> self) override {
     server_.serve(std::unique_ptr<HttpConn>(static_cast<HttpConn*>(self.release())));
@@ -423,22 +428,29 @@ class HttpConn final : public WorkerPool::Parked {
     }
   }
 
-  // Whether a worker should take the connection: its next request's line
-  // and headers are here, and its body too unless the client waits for
-  // "100 Continue" before sending it; or the lobby's bound is reached (a
-  // longer request). A bare LF ends a line as CRLF does.
-  bool request_ready() const {
-    if (!started) return false;
+  // What the buffered bytes of the next request say. A bare LF ends a line
+  // as CRLF does (ConnStream hands such lines on ended by CRLF, and a bare
+  // CR as a space: one line either way).
+  struct Scan {
+    bool head_done = false;   // its line and headers are here
+    bool bad_length = false;  // a Content-Length that is not digits as sent
+    bool wait_body = true;    // its body comes without being asked for
+    uint64_t length = 0;      // Content-Length (the last)
+    size_t head_bytes = 0, have = 0;
+  };
+  Scan scan() const {
+    Scan r;
     const std::string_view b(in.data() + pos, in.size() - pos);
-    if (b.size() >= kLobbyBytes) return true;
-    size_t line = 0, head_end = std::string_view::npos;
-    uint64_t length = 0;
-    bool wait_body = true, seen_length = false;
+    r.have = b.size();
+    uint64_t first_length = 0;
+    bool seen_length = false;
+    size_t line = 0;
     for (size_t nl; (nl = b.find('\n', line)) != std::string_view::npos; line = nl + 1) {
       std::string_view l = b.substr(line, nl - line);
       if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
       if (l.empty()) {
-        head_end = nl + 1;
+        r.head_done = true;
+        r.head_bytes = nl + 1;
         break;
       }
       if (line == 0) continue;  // the request line
@@ -451,22 +463,36 @@ class HttpConn final : public WorkerPool::Parked {
       while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
         value.remove_suffix(1);
       if (iequals(name, "content-length")) {
-        // The framing checks come later (server.cpp); here only a length to
-        // wait for, when it is plainly one.
-        if (seen_length || value.empty() || value.size() > 18 ||
-            value.find_first_not_of("0123456789") != std::string_view::npos)
-          wait_body = false;
-        else
-          length = std::stoull(std::string(value));
-        seen_length = true;
-      } else if (iequals(name, "expect") || iequals(name, "transfer-encoding")) {
-        wait_body = false;
+        // httplib decodes %XX in header values ("%31%36" would be 16): the
+        // digits must be digits as sent. Longer than 19 is over any limit.
+        if (value.empty() || value.find_first_not_of("0123456789") != std::string_view::npos) {
+          r.bad_length = true;
+        } else {
+          r.length = value.size() > 19 ? UINT64_MAX : std::stoull(std::string(value));
+          // Two different lengths are refused (server.cpp): do not wait.
+          if (seen_length && r.length != first_length) r.wait_body = false;
+          if (!seen_length) first_length = r.length;
+          seen_length = true;
+        }
+      } else if (iequals(name, "transfer-encoding")) {
+        r.wait_body = false;  // refused (server.cpp)
+      } else if (iequals(name, "expect") && iequals(value, "100-continue")) {
+        r.wait_body = false;  // the client waits for "100 Continue"
       }
     }
-    if (head_end == std::string_view::npos) return false;
-    // A longer body: once the lobby's bound is full (above), so that a
-    // client must have sent 64 KiB before a worker waits on the rest.
-    return !wait_body || b.size() - head_end >= length;
+    if (r.length > server_.lim_.max_body) r.wait_body = false;  // refused unread
+    return r;
+  }
+  // Whether a worker should take the connection: its next request's line
+  // and headers are here, and its body (of a longer one, up to the lobby's
+  // bound) unless it is not to be awaited; or its line and headers overflow
+  // the lobby's bound (431).
+  bool request_ready() const {
+    if (!started) return false;
+    const Scan r = scan();
+    if (!r.head_done) return r.have >= kLobbyBytes;
+    if (r.bad_length || !r.wait_body) return true;
+    return r.have - r.head_bytes >= r.length || r.have >= kLobbyBytes;
   }
 
   HttpServer& server_;
@@ -475,6 +501,7 @@ class HttpConn final : public WorkerPool::Parked {
   size_t pos = 0;
   bool eof = false;      // the client sent its last byte
   bool started = false;  // a request's first byte is here
+  bool cut = false;      // its line and headers were too slow while the cap was full
   int served = 0;
   SteadyClock::time_point first_byte{}, parked_at{};
 
@@ -501,7 +528,7 @@ class ConnStream final : public httplib::Stream {
     start_ = SteadyClock::now();
     deadline_ = deadline;
     in_body_ = after_cr_ = pending_lf_ = false;
-    line_len_ = 0;
+    line_len_ = head_bytes_ = 0;
   }
 
   bool is_readable() const override {
@@ -573,7 +600,18 @@ class ConnStream final : public httplib::Stream {
     if (!c_.buffered()) {
       if (const ssize_t r = fill(); r <= 0) return r;
     }
-    const char c = c_.in[c_.pos++];
+    // httplib keeps a line whole however long it is: the line and headers
+    // end within the lobby's bound or the read fails.
+    if (++head_bytes_ > HttpConn::kLobbyBytes) return -1;
+    char c = c_.in[c_.pos++];
+    if (c == '\r') {
+      // A CR not followed by LF is taken as a space (RFC 9112 2.2), as
+      // HttpConn::scan reads it: one line either way.
+      if (!c_.buffered()) {
+        if (const ssize_t r = fill(); r <= 0) return r;
+      }
+      if (c_.in[c_.pos] != '\n') c = ' ';
+    }
     if (c == '\n' && !after_cr_) {
       pending_lf_ = true;
       *ptr = '\r';
@@ -609,7 +647,7 @@ class ConnStream final : public httplib::Stream {
   // Where the current request is: in its line and headers (how long the
   // line is so far, after a CR, owing the LF of a bare LF) or its body.
   bool in_body_ = false, after_cr_ = false, pending_lf_ = false;
-  size_t line_len_ = 0;
+  size_t line_len_ = 0, head_bytes_ = 0;
 };
 
 // Closes a connection. If the client is still sending (a body that was
@@ -651,6 +689,10 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
   ConnStream strm(*c, lim_.write_timeout, stopped);
   while (!stopped() && c->served < lim_.keep_alive_requests) {
     if (!c->request_ready() && !c->eof) c->take_available();
+    if (c->cut && !c->request_ready()) {  // too slow while the cap was full
+      reply_and_close(*c, Canned::kUnreadable, false);
+      return;
+    }
     if (!c->request_ready()) {
       if (c->eof) break;
       const auto now = SteadyClock::now();
@@ -662,8 +704,14 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
         // No lobby to wait in: wait here.
         if (wait_for(c->sock, POLLIN, c->deadline(), stopped)) continue;
       }
-      if (!c->started) break;  // idle past the keep-alive time, or stopped
-      // A request not whole by its deadline: httplib answers it 400.
+      if (!c->started || stopped()) break;  // idle past the keep-alive time, or stopped
+      // A request not whole by its deadline.
+      reply_and_close(*c, Canned::kUnreadable, false);
+      return;
+    }
+    if (const HttpConn::Scan r = c->scan(); !r.head_done || r.bad_length) {
+      reply_and_close(*c, r.head_done ? Canned::kBadLength : Canned::kHeadTooLarge, false);
+      return;
     }
     strm.begin_request(c->first_byte + lim_.read_timeout);
     t_close_after = false;
@@ -680,6 +728,19 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
   c->sock = -1;
 }
 
+void HttpServer::reply_and_close(HttpConn& c, Canned what, bool expect_more) {
+  const std::string reply = canned_ ? canned_(what) : std::string();
+  for (size_t sent = 0; sent < reply.size();) {
+    pollfd p{c.sock, POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(lim_.write_timeout.count())) <= 0) break;
+    const ssize_t w = ::send(c.sock, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
+    if (w <= 0 && !(w < 0 && errno == EINTR)) break;
+    if (w > 0) sent += static_cast<size_t>(w);
+  }
+  close_connection(c.sock, expect_more && !reply.empty());
+  c.sock = -1;
+}
+
 // Over the cap (a refusing thread): a moment to start the request and a
 // second to send its headers (the reply needs no body); no second request.
 // One that sends nothing in time gets the refusal all the same.
@@ -692,14 +753,8 @@ void HttpServer::refuse(socket_t sock) {
          wait_for(sock, POLLIN, start + milliseconds(100), [this] { return stopped(); }))
     c.take_available();
   if (!c.started) {
-    const std::string reply = silent_refusal_ && !stopped() ? silent_refusal_() : std::string();
-    for (size_t sent = 0; sent < reply.size();) {
-      const ssize_t w = strm.write(reply.data() + sent, reply.size() - sent);
-      if (w <= 0) break;
-      sent += static_cast<size_t>(w);
-    }
-    close_connection(sock, !reply.empty());
-    c.sock = -1;
+    if (stopped()) return;  // c closes
+    reply_and_close(c, Canned::kTooManyConnections, true);
     return;
   }
   strm.begin_request(c.first_byte + std::min(lim_.read_timeout, milliseconds(1000)));

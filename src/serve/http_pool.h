@@ -68,10 +68,9 @@ class WorkerPool : public httplib::TaskQueue {
     virtual int fd() const = 0;
     // The socket is readable (bytes, or the end of the stream).
     virtual Next readable() = 0;
-    // Asked every 50 ms or so: kWait until the connection's time is up.
-    virtual Next expired(std::chrono::steady_clock::time_point now) = 0;
-    // Whether it may be closed now to make room while the cap is full.
-    virtual bool gives_way(std::chrono::steady_clock::time_point now) const = 0;
+    // Asked every 50 ms or so, `full` while the connection cap is full:
+    // kWait until the connection's time is up (sooner while the cap is full).
+    virtual Next check(std::chrono::steady_clock::time_point now, bool full) = 0;
     // On a worker: serves the connection's request(s); it may park again.
     virtual void serve(std::unique_ptr<Parked> self) = 0;
   };
@@ -147,11 +146,17 @@ class HttpServer : public httplib::Server {
   struct Limits {
     std::chrono::milliseconds read_timeout{10000}, write_timeout{10000}, keep_alive{5000};
     int keep_alive_requests = 1000;
+    uint64_t max_body = 100u << 20;  // a longer body is refused (server.cpp), not awaited
   };
   void set_limits(const Limits& l) { lim_ = l; }
-  // The whole HTTP reply (status line to body) for a connection over the cap
-  // that sent no request within its 100 ms; called on a refusing thread.
-  void set_silent_refusal(std::function<std::string()> f) { silent_refusal_ = std::move(f); }
+  // Replies HttpServer writes itself, whole (status line to body), without
+  // httplib: 503 for a connection over the cap that sent no request within
+  // its 100 ms (on a refusing thread); 400 `unreadable_request` for a
+  // request not whole in time, 400 `invalid_content_length` for a
+  // Content-Length that is not digits as sent, 431 for a line and headers
+  // over 64 KiB. Each closes its connection.
+  enum class Canned { kTooManyConnections, kUnreadable, kBadLength, kHeadTooLarge };
+  void set_canned_reply(std::function<std::string(Canned)> f) { canned_ = std::move(f); }
 
  private:
   friend class HttpConn;
@@ -159,10 +164,12 @@ class HttpServer : public httplib::Server {
   // Serves the requests that have come on `c`, then parks or closes it.
   void serve(std::unique_ptr<HttpConn> c);
   void refuse(socket_t sock);
+  // Writes the canned reply `what` on `c` and closes it.
+  void reply_and_close(HttpConn& c, Canned what, bool expect_more);
   bool stopped() const { return svr_sock_ == INVALID_SOCKET; }
 
   Limits lim_;
-  std::function<std::string()> silent_refusal_;
+  std::function<std::string(Canned)> canned_;
 };
 
 // Has the client of `req` hung up? cpp-httplib 0.11 gives a handler no

@@ -129,6 +129,17 @@ struct Server::Impl {
   void refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id,
               std::string_view cls);
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  ApiError unreadable_request() const {
+    return {400, "invalid_request_error", "unreadable_request",
+            fmt::format("the request could not be read: malformed, headers too large, or not sent "
+                        "whole within {} s",
+                        o.read_timeout_s),
+            ""};
+  }
+  ApiError body_too_large() const {
+    return {413, "invalid_request_error", "body_too_large",
+            fmt::format("request body exceeds {} bytes", o.max_body_bytes), ""};
+  }
   // The request's priority class (an index into the gate's classes).
   int class_of(const httplib::Request& req) const;
   int class_index(std::string_view name) const;  // -1: no such class
@@ -352,6 +363,27 @@ namespace {
 ApiError too_many_connections() {
   return {503, "server_unavailable", "too_many_connections", "too many open connections", ""};
 }
+ApiError invalid_content_length() {
+  return {400, "invalid_request_error", "invalid_content_length",
+          "Content-Length must be one decimal number of bytes", ""};
+}
+ApiError head_too_large() {
+  return {431, "invalid_request_error", "headers_too_large",
+          "the request line and headers exceed 64 KiB", ""};
+}
+// A whole reply for HttpServer to write itself (no httplib response).
+std::string raw_reply(const ApiError& e, int retry_after) {
+  const char* reason = e.status == 503   ? "Service Unavailable"
+                       : e.status == 431 ? "Request Header Fields Too Large"
+                                         : "Bad Request";
+  const std::string body = error_json(e);
+  return fmt::format(
+      "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\n{}Connection: close\r\nContent-Length: "
+      "{}\r\n\r\n{}",
+      e.status, reason,
+      retry_after > 0 ? fmt::format("Retry-After: {}\r\n", retry_after) : std::string(),
+      body.size(), body);
+}
 }  // namespace
 
 // Requests refused before their body is read, with the connection closed
@@ -386,9 +418,9 @@ bool Server::Impl::refuse_framing(const httplib::Request& req, httplib::Response
     return refuse(
         {411, "invalid_request_error", "length_required",
          "send the request body with a Content-Length (Transfer-Encoding is not accepted)", ""});
-  if (n > 0 && !decimal)
-    return refuse({400, "invalid_request_error", "invalid_content_length",
-                   "Content-Length must be one decimal number of bytes", ""});
+  if (n > 0 && !decimal) return refuse(invalid_content_length());
+  // Refused before its body is read (httplib would first read past it).
+  if (n > 0 && std::stoull(length) > o.max_body_bytes) return refuse(body_too_large());
   const bool has_body = n > 0 && length.find_first_not_of('0') != std::string::npos;
   const bool reads_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
                           req.method == "DELETE";
@@ -427,10 +459,6 @@ void Server::Impl::routes() {
   http.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (refuse_framing(req, res)) return res.status;
     // A length over --max-body: httplib's own 413, which the error handler
-    // words and closes (refuse_framing has checked the length's digits).
-    if (const std::string cl = req.get_header_value("Content-Length");
-        !cl.empty() && std::stoull(cl) > o.max_body_bytes)
-      return res.status = 413;
     return 100;
   });
   http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -466,13 +494,11 @@ void Server::Impl::routes() {
     }
     ApiError e{res.status, "invalid_request_error", "", "", ""};
     if (res.status == 404) e.code = "not_found", e.message = fmt::format("no route for {} {}", req.method, req.path);
-    else if (res.status == 413) e.code = "body_too_large", e.message = fmt::format("request body exceeds {} bytes", o.max_body_bytes);
+    else if (res.status == 413)
+      e = body_too_large();
     else if (res.status == 405) e.code = "method_not_allowed", e.message = "method not allowed";
     else if (res.status == 400)
-      e.code = "unreadable_request", e.message = fmt::format(
-                                         "the request could not be read: malformed, headers too "
-                                         "large, or not sent whole within {} s",
-                                         o.read_timeout_s);
+      e = unreadable_request();
     else e.code = "http_error", e.message = fmt::format("HTTP error {}", res.status);
     res.set_content(error_json(e), "application/json");
   });
@@ -678,14 +704,25 @@ Server::Server(Engine& engine, const ServerOptions& o)
   lim.write_timeout = std::chrono::milliseconds(1000 * static_cast<int64_t>(o.write_timeout_s));
   lim.keep_alive = std::chrono::milliseconds(1000 * static_cast<int64_t>(o.keep_alive_s));
   lim.keep_alive_requests = 1000;
+  lim.max_body = o.max_body_bytes;
   impl_->http.set_limits(lim);
-  impl_->http.set_silent_refusal([this] {
-    impl_->metrics.connections_refused.fetch_add(1);
-    const std::string body = error_json(too_many_connections());
-    return fmt::format(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-        "Connection: close\r\nContent-Length: {}\r\n\r\n{}",
-        body.size(), body);
+  impl_->http.set_canned_reply([this](HttpServer::Canned what) {
+    switch (what) {
+      case HttpServer::Canned::kTooManyConnections:
+        impl_->metrics.connections_refused.fetch_add(1);
+        impl_->metrics.count_status(503);
+        return raw_reply(too_many_connections(), 1);
+      case HttpServer::Canned::kUnreadable:
+        impl_->metrics.count_status(400);
+        return raw_reply(impl_->unreadable_request(), 0);
+      case HttpServer::Canned::kBadLength:
+        impl_->metrics.count_status(400);
+        return raw_reply(invalid_content_length(), 0);
+      case HttpServer::Canned::kHeadTooLarge:
+        impl_->metrics.count_status(431);
+        return raw_reply(head_too_large(), 0);
+    }
+    return std::string();
   });
   impl_->routes();
 }

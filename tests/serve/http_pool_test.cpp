@@ -222,7 +222,8 @@ TEST(HttpServer, AContentLengthMustBeOneNumber) {
   test::LiveServer s(small_server(4, 16, 5, 10));
   for (const std::string cl :
        {"Content-Length: abc", "Content-Length: +2", "Content-Length: -5",
-        "Content-Length: 2\r\nContent-Length: 3", "Content-Length: 99999999999999999999"}) {
+        "Content-Length: 2\r\nContent-Length: 3", "Content-Length: 99999999999999999999",
+        "Content-Length: %32"}) {  // httplib decodes %32 to 2
     const std::string req =
         "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + cl +
         "\r\n\r\n{}";
@@ -590,6 +591,89 @@ TEST(HttpServer, BareLineFeedsAndEmptyLinesBeforeARequestAreRead) {
   EXPECT_EQ(got.substr(third, 12), "HTTP/1.1 200") << got;
   EXPECT_NE(got.find("\"ready\"", third), std::string::npos) << got;
   EXPECT_TRUE(closed);
+}
+
+// A bare CR is taken as a space, the same way by the lobby and by the
+// stream handed to httplib: a "\r\r\n" line is a header line, not the end
+// of the headers, and the request after it is answered on its own.
+TEST(HttpServer, ABareCrIsOneLineForTheLobbyAndHttplib) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  bool closed = false;
+  const std::string got =
+      exchange(s.port,
+               "GET /health HTTP/1.1\r\n\r\r\nX: y\n\nGET /ready HTTP/1.1\r\nHost: x\r\n"
+               "Connection: close\r\n\r\n",
+               3, &closed);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  const size_t second = got.find("HTTP/1.1 ", 5);
+  ASSERT_NE(second, std::string::npos) << "the second request was swallowed: " << got;
+  EXPECT_NE(got.find("\"ready\"", second), std::string::npos) << got;
+  EXPECT_TRUE(closed);
+}
+
+// A request line or header that never ends is refused at 64 KiB (431),
+// without waiting for the read timeout (httplib would keep the line whole,
+// growing, until then).
+TEST(HttpServer, ALineThatNeverEndsIsRefusedAt64KiB) {
+  test::LiveServer s(small_server(4, 16, 5, 30));
+  for (const std::string start : {"GET /", "GET /health HTTP/1.1\r\nX-Long: "}) {
+    const int fd = connect_and_send(s.port, start + std::string(70 * 1024, 'a'));
+    ASSERT_GE(fd, 0);
+    bool closed = false;
+    const std::string got = read_until_closed(fd, 5, &closed);
+    ::close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 431", 0), 0u) << start << ": " << got.substr(0, 200);
+    EXPECT_NE(got.find("headers_too_large"), std::string::npos) << got.substr(0, 300);
+    EXPECT_TRUE(closed);
+  }
+}
+
+// A request whose line is still coming at the read timeout is answered
+// 400 too (httplib closes such a connection without a word).
+TEST(HttpServer, ARequestLineNotWholeInTimeIsAnswered400) {
+  test::LiveServer s(small_server(4, 16, 5, 1));
+  const int fd = connect_and_send(s.port, "GET /hea");
+  ASSERT_GE(fd, 0);
+  bool closed = false;
+  const std::string got = read_until_closed(fd, 5, &closed);
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
+  EXPECT_NE(got.find("unreadable_request"), std::string::npos) << got;
+  EXPECT_TRUE(closed);
+}
+
+// A length over --max-body is refused as soon as the headers are read
+// (httplib would first wait to skip the body it announces).
+TEST(HttpServer, ALengthOverTheBodyLimitIsRefusedAtOnce) {
+  test::LiveServer s(small_server(4, 16, 5, 30));
+  const auto start = SteadyClock::now();
+  bool closed = false;
+  const std::string got = exchange(
+      s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 9999999999999999999\r\n\r\n{",
+      10, &closed);
+  EXPECT_EQ(got.rfind("HTTP/1.1 413", 0), 0u) << got;
+  EXPECT_NE(got.find("body_too_large"), std::string::npos) << got;
+  EXPECT_TRUE(closed);
+  EXPECT_LT(seconds_since(start), 5.0) << "the refusal waited for the body";
+}
+
+// While the connection cap is full, a request gets a second for its line
+// and headers: connections that send a few bytes cannot hold every place
+// for the read timeout.
+TEST(HttpServer, WhileTheCapIsFullAHeadGetsASecond) {
+  test::LiveServer s(small_server(2, 2, 60, 60));
+  std::vector<int> partial;
+  for (int i = 0; i < 2; ++i) partial.push_back(connect_and_send(s.port, "GET /hea"));
+  for (const int fd : partial) {
+    bool closed = false;
+    const std::string got = read_until_closed(fd, 10, &closed);
+    ::close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
+    EXPECT_TRUE(closed) << "a partial request held its place under a full cap";
+  }
+  auto r = s.client().Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
 }
 
 // Once the server stops, a request still arriving does not hold it up.
