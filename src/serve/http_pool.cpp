@@ -347,6 +347,7 @@ class HttpConn final : public WorkerPool::Parked {
   int fd() const override { return sock; }
   Next readable() override {
     const bool open = take_available();
+    answer_expect();
     if (request_ready()) return Next::kServe;
     if (!open) return Next::kDrop;  // the client left with no whole request
     return Next::kWait;
@@ -414,7 +415,7 @@ class HttpConn final : public WorkerPool::Parked {
   }
   // A request ended: the next one starts with the bytes already here.
   void request_done() {
-    started = false;
+    started = continued = false;
     ++served;
     note_bytes();
   }
@@ -437,6 +438,8 @@ class HttpConn final : public WorkerPool::Parked {
     bool wait_body = true;    // its body comes without being asked for
     uint64_t length = 0;      // Content-Length (the last)
     size_t head_bytes = 0, have = 0;
+    size_t expect_at = std::string_view::npos;  // where "100-continue" is
+    bool posts = false;                         // a method that sends a body
   };
   Scan scan() const {
     Scan r;
@@ -453,7 +456,11 @@ class HttpConn final : public WorkerPool::Parked {
         r.head_bytes = nl + 1;
         break;
       }
-      if (line == 0) continue;  // the request line
+      if (line == 0) {  // the request line
+        const std::string_view method = l.substr(0, l.find(' '));
+        r.posts = method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
+        continue;
+      }
       const size_t colon = l.find(':');
       if (colon == std::string_view::npos) continue;
       const std::string_view name = l.substr(0, colon);
@@ -477,7 +484,7 @@ class HttpConn final : public WorkerPool::Parked {
       } else if (iequals(name, "transfer-encoding")) {
         r.wait_body = false;  // refused (server.cpp)
       } else if (iequals(name, "expect") && iequals(value, "100-continue")) {
-        r.wait_body = false;  // the client waits for "100 Continue"
+        r.expect_at = static_cast<size_t>(value.data() - b.data());
       }
     }
     if (r.length > server_.lim_.max_body) r.wait_body = false;  // refused unread
@@ -492,7 +499,30 @@ class HttpConn final : public WorkerPool::Parked {
     const Scan r = scan();
     if (!r.head_done) return r.have >= kLobbyBytes;
     if (r.bad_length || !r.wait_body) return true;
+    if (r.expect_at != std::string_view::npos && !continued) return true;  // httplib answers it
     return r.have - r.head_bytes >= r.length || r.have >= kLobbyBytes;
+  }
+  // A client that sends "Expect: 100-continue" waits for "100 Continue"
+  // before its body. When nothing in the head is to be refused (the checks
+  // of server.cpp's refuse_framing: a body method, one length, not over
+  // --max-body), the invitation goes out from here and the body is awaited
+  // here, like any other; the header's value is then rewritten to
+  // "100-Continue", which httplib (comparing to the letter) does not answer
+  // a second time. Otherwise httplib's Expect handler answers it, refusal
+  // or invitation, on a worker.
+  void answer_expect() {
+    if (!started || continued) return;
+    const Scan r = scan();
+    if (!r.head_done || r.expect_at == std::string_view::npos || r.bad_length || !r.wait_body ||
+        !r.posts || r.length == 0)
+      return;
+    static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    const bool body_here = r.have - r.head_bytes >= r.length;  // sent without waiting
+    if (!body_here && ::send(sock, kContinue, sizeof(kContinue) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) !=
+                          static_cast<ssize_t>(sizeof(kContinue) - 1))
+      return;
+    in[pos + r.expect_at + 4] = 'C';
+    continued = true;
   }
 
   HttpServer& server_;
@@ -502,6 +532,7 @@ class HttpConn final : public WorkerPool::Parked {
   bool eof = false;      // the client sent its last byte
   bool started = false;  // a request's first byte is here
   bool cut = false;      // its line and headers were too slow while the cap was full
+  bool continued = false;  // "100 Continue" went out for it
   int served = 0;
   SteadyClock::time_point first_byte{}, parked_at{};
 
@@ -689,6 +720,7 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
   ConnStream strm(*c, lim_.write_timeout, stopped);
   while (!stopped() && c->served < lim_.keep_alive_requests) {
     if (!c->request_ready() && !c->eof) c->take_available();
+    c->answer_expect();
     if (c->cut && !c->request_ready()) {  // too slow while the cap was full
       reply_and_close(*c, Canned::kUnreadable, false);
       return;

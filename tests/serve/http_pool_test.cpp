@@ -676,6 +676,41 @@ TEST(HttpServer, WhileTheCapIsFullAHeadGetsASecond) {
   EXPECT_EQ(r->status, 200);
 }
 
+// "Expect: 100-continue" is answered from the lobby and the body awaited
+// there: ten clients that are invited and then send nothing do not hold
+// the two workers, and one that sends its body after the invitation is
+// answered, once (no second "100 Continue").
+TEST(HttpServer, ExpectContinueIsAnsweredWithoutAWorker) {
+  test::LiveServer s(small_server(2, 64, 60, 60));
+  const std::string head =
+      "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Expect: 100-continue\r\nContent-Length: 16\r\n\r\n";
+  std::vector<int> silent;
+  for (int i = 0; i < 10; ++i) silent.push_back(connect_and_send(s.port, head));
+  for (const int fd : silent) {
+    bool closed = false;
+    const std::string got = read_until_closed(fd, 0.5, &closed);
+    EXPECT_EQ(got, "HTTP/1.1 100 Continue\r\n\r\n");
+  }
+  const auto start = SteadyClock::now();
+  auto r = s.client(60).Get("/health");
+  const double took = seconds_since(start);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(took, 2.0) << "the health check waited behind invited bodies";
+  const int fd = connect_and_send(s.port, head);
+  bool closed = false;
+  EXPECT_EQ(read_until_closed(fd, 0.5, &closed), "HTTP/1.1 100 Continue\r\n\r\n");
+  const std::string body = "{\"content\":\"hi\"}";
+  ASSERT_EQ(body.size(), 16u);
+  ASSERT_EQ(::send(fd, body.data(), body.size(), MSG_NOSIGNAL), 16);
+  const std::string got = read_until_closed(fd, 1, &closed);
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_NE(got.find("\"tokens\""), std::string::npos) << got;
+  for (const int f : silent) ::close(f);
+}
+
 // Once the server stops, a request still arriving does not hold it up.
 TEST(HttpServer, StopDoesNotWaitForASlowSender) {
   test::LiveServer s(small_server(4, 16, 5, 60));
