@@ -144,6 +144,22 @@ void WorkerPool::park(std::unique_ptr<Parked> p) {
   (void)!::write(pool->wake_fd_, &one, sizeof(one));
 }
 
+bool WorkerPool::can_park_refused() {
+  return t_pool != nullptr && t_over_capacity && t_pool->wake_fd_ >= 0;
+}
+
+void WorkerPool::park_refused(std::unique_ptr<Parked> p) {
+  WorkerPool* pool = t_pool;
+  p->over_cap = true;
+  {
+    std::lock_guard<std::mutex> lk(pool->mu_);
+    if (pool->stop_) return;  // p closes
+    pool->parking_.push_back(std::move(p));
+  }
+  const uint64_t one = 1;
+  (void)!::write(pool->wake_fd_, &one, sizeof(one));
+}
+
 bool WorkerPool::resume(std::unique_ptr<Parked>& p) {
   // std::function must be copyable: the connection travels in a shared box,
   // and closes with it should the job be dropped unrun.
@@ -188,7 +204,9 @@ void WorkerPool::lobby() {
         in.swap(parking_);
         if (stop_ && in.empty()) break;
       }
-      closed(static_cast<int>(in.size()));
+      int n = 0;
+      for (const auto& p : in) n += p->over_cap ? 0 : 1;
+      closed(n);
       in.clear();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -199,12 +217,28 @@ void WorkerPool::lobby() {
     if (next == Next::kWait) return;
     auto it = parked.find(fd);
     if (it == parked.end()) return;
+    if (it->second->over_cap && next == Next::kServe) {
+      // Over the cap when accepted: admitted if there is room now, else
+      // refused (and kept until its reply has been read).
+      bool room = false;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (open_ < cap_ && !stop_) ++open_, room = true;
+      }
+      if (!room) {
+        it->second->refuse_now();
+        return;
+      }
+      it->second->over_cap = false;
+      it->second->admitted();
+    }
     epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
     std::unique_ptr<Parked> p = std::move(it->second);
     parked.erase(it);
     if (next == Next::kServe && resume(p)) return;
+    const bool counted = !p->over_cap;
     p.reset();
-    closed(1);
+    if (counted) closed(1);
   };
   epoll_event evs[64];
   std::vector<std::pair<int, Next>> due;
@@ -221,8 +255,9 @@ void WorkerPool::lobby() {
       ev.events = EPOLLIN;
       ev.data.fd = fd;
       if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        const bool counted = !p->over_cap;
         p.reset();
-        closed(1);
+        if (counted) closed(1);
         continue;
       }
       parked.emplace(fd, std::move(p));
@@ -248,11 +283,12 @@ void WorkerPool::lobby() {
     for (const auto& [fd, next] : due) settle(fd, next);
   }
   // Stopping: every parked connection closes.
-  int n = static_cast<int>(parked.size());
+  int n = 0;
+  for (const auto& [fd, p] : parked) n += p->over_cap ? 0 : 1;
   parked.clear();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    n += static_cast<int>(parking_.size());
+    for (const auto& p : parking_) n += p->over_cap ? 0 : 1;
     parking_.clear();
   }
   closed(n);
@@ -346,7 +382,12 @@ class HttpConn final : public WorkerPool::Parked {
 
   int fd() const override { return sock; }
   Next readable() override {
+    if (draining) return drain() ? Next::kWait : Next::kDrop;
     const bool open = take_available();
+    if (over_cap) {
+      if (started && (scan().head_done || in.size() - pos >= kLobbyBytes)) return Next::kServe;
+      return open ? Next::kWait : Next::kDrop;
+    }
     answer_expect();
     if (request_ready()) return Next::kServe;
     if (!open) return Next::kDrop;  // the client left with no whole request
@@ -354,6 +395,14 @@ class HttpConn final : public WorkerPool::Parked {
   }
   Next check(SteadyClock::time_point now, bool full) override {
     using std::chrono::milliseconds;
+    if (draining) return now >= drain_until ? Next::kDrop : Next::kWait;
+    if (over_cap) {
+      // A moment to start its request, a second to send its line and
+      // headers (a refusal needs no body), then the decision.
+      if (!started) return now - parked_at >= milliseconds(100) ? Next::kServe : Next::kWait;
+      return now - first_byte >= milliseconds(1000) || scan().head_done ? Next::kServe
+                                                                        : Next::kWait;
+    }
     // A request begun but not whole in time goes to a worker, which answers
     // it 400; an idle connection closes.
     if (now >= deadline()) return started ? Next::kServe : Next::kDrop;
@@ -372,6 +421,30 @@ class HttpConn final : public WorkerPool::Parked {
   }
   void serve(std::unique_ptr<Parked> self) override {
     server_.serve(std::unique_ptr<HttpConn>(static_cast<HttpConn*>(self.release())));
+  }
+  void admitted() override { parked_at = SteadyClock::now(); }
+  // The 503 (it fits a socket's buffer: sent without waiting), then the
+  // connection is kept for 250 ms, its bytes read and dropped, so that its
+  // close does not reset it before the client has read the reply.
+  void refuse_now() override {
+    const std::string reply =
+        server_.canned_ ? server_.canned_(HttpServer::Canned::kTooManyConnections) : "";
+    if (!reply.empty())
+      (void)!::send(sock, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ::shutdown(sock, SHUT_WR);
+    draining = true;
+    drain_until = SteadyClock::now() + std::chrono::milliseconds(250);
+    in.clear();
+    pos = 0;
+  }
+  // Reads and drops what has come: false at the end of the stream.
+  bool drain() {
+    char sink[4096];
+    for (;;) {
+      const ssize_t r = ::recv(sock, sink, sizeof(sink), MSG_DONTWAIT);
+      if (r > 0) continue;
+      return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+    }
   }
 
   bool buffered() const { return pos < in.size(); }
@@ -533,8 +606,9 @@ class HttpConn final : public WorkerPool::Parked {
   bool started = false;  // a request's first byte is here
   bool cut = false;      // its line and headers were too slow while the cap was full
   bool continued = false;  // "100 Continue" went out for it
+  bool draining = false;   // refused over the cap: its bytes are dropped until drain_until
   int served = 0;
-  SteadyClock::time_point first_byte{}, parked_at{};
+  SteadyClock::time_point first_byte{}, parked_at{}, drain_until{};
 
  private:
   static bool iequals(std::string_view a, std::string_view b) {
@@ -778,6 +852,13 @@ void HttpServer::reply_and_close(HttpConn& c, Canned what, bool expect_more) {
 // One that sends nothing in time gets the refusal all the same.
 void HttpServer::refuse(socket_t sock) {
   using std::chrono::milliseconds;
+  if (WorkerPool::can_park_refused()) {
+    auto c = std::make_unique<HttpConn>(*this, sock);
+    c->parked_at = SteadyClock::now();
+    WorkerPool::park_refused(std::move(c));
+    return;
+  }
+  // No lobby: the refusing thread waits itself.
   HttpConn c(*this, sock);
   ConnStream strm(c, lim_.write_timeout, [this] { return stopped(); });
   const auto start = SteadyClock::now();

@@ -42,10 +42,10 @@ void close_after_response();
 void request_headers_read(uint64_t body_bytes);
 
 // httplib's task queue, bounded: `workers` threads serve connections; up to
-// `cap` connections may be open; the rest go to kRefusers refusing threads
-// that answer 503 as soon as they have read the request line and headers
-// (HttpServer gives such a connection 100 ms to send its request line and
-// one second to finish its headers). The
+// `cap` connections may be open; the rest go to kRefusers refusing threads,
+// which hand them to the lobby (HttpServer: there such a connection gets
+// 100 ms to start its request and a second to send its line and headers,
+// then is admitted if the cap has room by then, or answered 503). The
 // threads run `nice` steps below the process's priority (Linux nice is per
 // thread): parsing, tokenizing and refusing a flood of requests must not take
 // the cores the engine's steps need, or the admitted streams pay for the
@@ -73,6 +73,14 @@ class WorkerPool : public httplib::TaskQueue {
     virtual Next check(std::chrono::steady_clock::time_point now, bool full) = 0;
     // On a worker: serves the connection's request(s); it may park again.
     virtual void serve(std::unique_ptr<Parked> self) = 0;
+    // A connection accepted over the cap (park_refused): kServe from
+    // readable or check means its request is in, or its time to send it is
+    // up. Then, if the cap has room, it is admitted (counted, admitted(),
+    // served); else refuse_now() answers it, and it stays parked until
+    // readable or check says kDrop.
+    virtual void admitted() = 0;
+    virtual void refuse_now() = 0;
+    bool over_cap = false;
   };
 
   WorkerPool(int workers, int cap, int nice = 0);
@@ -90,6 +98,10 @@ class WorkerPool : public httplib::TaskQueue {
   // may be parked. Then park() takes it; it stays counted under the cap.
   static bool can_park();
   static void park(std::unique_ptr<Parked> p);
+  // On a refusing thread: the lobby takes the connection over the cap
+  // (not counted), refuses it or admits it if room has come by then.
+  static bool can_park_refused();
+  static void park_refused(std::unique_ptr<Parked> p);
 
   static constexpr int kRefusers = 4;
 
@@ -131,9 +143,10 @@ class WorkerPool : public httplib::TaskQueue {
 //   second after (a reply written while the cap is full closes its
 //   connection, with Connection: close: server.cpp);
 // - once the server stops (drain over), waits for a request end at once;
-// - a connection over the cap (a refusing thread) gets 100 ms to start its
-//   request and one second to send its headers; one that sends nothing gets
-//   the silent-refusal reply (503) all the same;
+// - a connection over the cap waits in the lobby too: 100 ms to start its
+//   request and a second for its line and headers; then it is admitted if
+//   the cap has room, or answered 503 (one that sent nothing too) and
+//   closed 250 ms later;
 // - lines ended by a bare LF are handed to httplib ended by CRLF, and empty
 //   lines before a request line are dropped (RFC 9112 2.2);
 // - on close, bytes the client still sends (a refused body) are read and

@@ -711,6 +711,40 @@ TEST(HttpServer, ExpectContinueIsAnsweredWithoutAWorker) {
   for (const int f : silent) ::close(f);
 }
 
+// Connections over the cap wait for their request in the lobby too, so a
+// flood of silent ones does not queue a refusal behind their 100 ms each
+// (four refusing threads took 40 of them 3.5 s); and one whose request
+// comes after room has been made is admitted, not refused.
+TEST(HttpServer, OverTheCapAFloodDoesNotDelayRefusalsAndRoomAdmits) {
+  test::LiveServer s(small_server(2, 2, 60, 60));
+  std::vector<int> fds;
+  for (int i = 0; i < 42; ++i) fds.push_back(test::connect_loopback(s.port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto start = SteadyClock::now();
+  bool closed = false;
+  const std::string got = exchange(s.port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 5, &closed);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 503", 0) == 0 || got.rfind("HTTP/1.1 200", 0) == 0) << got;
+  EXPECT_LT(seconds_since(start), 1.0) << "the reply queued behind the silent connections";
+  for (const int fd : fds) ::close(fd);
+  fds.clear();
+  // Two silent connections fill the cap; a third starts its request over
+  // the cap, the two give way (200 ms), and the third is admitted at its
+  // second and served once its request is whole.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (int i = 0; i < 2; ++i) fds.push_back(test::connect_loopback(s.port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int late = connect_and_send(s.port, "GET /hea");
+  ASSERT_GE(late, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const std::string rest = "lth HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(late, rest.data(), rest.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(rest.size()));
+  const std::string answered = read_until_closed(late, 1, &closed);
+  ::close(late);
+  for (const int fd : fds) ::close(fd);
+  EXPECT_EQ(answered.rfind("HTTP/1.1 200", 0), 0u) << answered;
+}
+
 // Once the server stops, a request still arriving does not hold it up.
 TEST(HttpServer, StopDoesNotWaitForASlowSender) {
   test::LiveServer s(small_server(4, 16, 5, 60));
