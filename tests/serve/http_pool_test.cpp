@@ -190,6 +190,22 @@ std::string exchange(int port, const std::string& bytes, double seconds, bool* c
   return got;
 }
 
+// `got` is a reply of `status` whose error code is `code`, and the server
+// closed the connection after it.
+void expect_reply(const std::string& got, const std::string& status, const std::string& code,
+                  bool closed) {
+  EXPECT_EQ(got.rfind("HTTP/1.1 " + status, 0), 0u) << got;
+  EXPECT_NE(got.find("\"" + code + "\""), std::string::npos) << got;
+  EXPECT_TRUE(closed) << got;
+}
+
+// A health check on a new connection is answered 200.
+void expect_health(const test::LiveServer& s) {
+  auto r = s.client().Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
 test::LiveServer::Options small_server(int workers, int cap, int keep_alive_s, int read_timeout_s) {
   test::LiveServer::Options o;
   o.slots = 1;
@@ -213,9 +229,7 @@ TEST(HttpServer, AChunkedBodyIsRefusedUnread) {
   EXPECT_EQ(got.rfind("HTTP/1.1 411", 0), 0u) << got;
   EXPECT_NE(got.find("length_required"), std::string::npos) << got;
   EXPECT_TRUE(closed) << "the refused body is on the connection: it closes";
-  auto r = s.client().Get("/health");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
+  expect_health(s);
 }
 
 TEST(HttpServer, AContentLengthMustBeOneNumber) {
@@ -455,9 +469,7 @@ TEST(HttpServer, WhileTheCapIsFullIdleConnectionsGiveWay) {
     EXPECT_TRUE(closed) << "a silent connection kept its place under a full cap";
     ::close(fd);
   }
-  auto r = s.client().Get("/health");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
+  expect_health(s);
 }
 
 // A connection over the cap that is slow to send its request still gets
@@ -637,9 +649,7 @@ TEST(HttpServer, ARequestLineNotWholeInTimeIsAnswered400) {
   bool closed = false;
   const std::string got = read_until_closed(fd, 5, &closed);
   ::close(fd);
-  EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
-  EXPECT_NE(got.find("unreadable_request"), std::string::npos) << got;
-  EXPECT_TRUE(closed);
+  expect_reply(got, "400", "unreadable_request", closed);
 }
 
 // A length over --max-body is refused as soon as the headers are read
@@ -651,9 +661,7 @@ TEST(HttpServer, ALengthOverTheBodyLimitIsRefusedAtOnce) {
   const std::string got = exchange(
       s.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 9999999999999999999\r\n\r\n{",
       10, &closed);
-  EXPECT_EQ(got.rfind("HTTP/1.1 413", 0), 0u) << got;
-  EXPECT_NE(got.find("body_too_large"), std::string::npos) << got;
-  EXPECT_TRUE(closed);
+  expect_reply(got, "413", "body_too_large", closed);
   EXPECT_LT(seconds_since(start), 5.0) << "the refusal waited for the body";
 }
 
@@ -671,9 +679,7 @@ TEST(HttpServer, WhileTheCapIsFullAHeadGetsASecond) {
     EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
     EXPECT_TRUE(closed) << "a partial request held its place under a full cap";
   }
-  auto r = s.client().Get("/health");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
+  expect_health(s);
 }
 
 // "Expect: 100-continue" is answered from the lobby and the body awaited
