@@ -513,6 +513,7 @@ class HttpConn final : public WorkerPool::Parked {
     size_t head_bytes = 0, have = 0;
     size_t expect_at = std::string_view::npos;  // where "100-continue" is
     bool posts = false;                         // a method that sends a body
+    bool http10 = false;                        // an HTTP/1.0 request
   };
   Scan scan() const {
     Scan r;
@@ -532,6 +533,7 @@ class HttpConn final : public WorkerPool::Parked {
       if (line == 0) {  // the request line
         const std::string_view method = l.substr(0, l.find(' '));
         r.posts = method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
+        r.http10 = l.size() >= 9 && l.substr(l.size() - 9) == " HTTP/1.0";
         continue;
       }
       const size_t colon = l.find(':');
@@ -582,10 +584,16 @@ class HttpConn final : public WorkerPool::Parked {
   // here, like any other; the header's value is then rewritten to
   // "100-Continue", which httplib (comparing to the letter) does not answer
   // a second time. Otherwise httplib's Expect handler answers it, refusal
-  // or invitation, on a worker.
+  // or invitation, on a worker; but not in HTTP/1.0, which knows no Expect.
   void answer_expect() {
     if (!started || continued) return;
     const Scan r = scan();
+    if (r.head_done && r.expect_at != std::string_view::npos && r.http10) {
+      // RFC 9110 10.1.1: an HTTP/1.0 request's Expect is ignored.
+      in[pos + r.expect_at + 4] = 'C';
+      continued = true;
+      return;
+    }
     if (!r.head_done || r.expect_at == std::string_view::npos || r.bad_length || !r.wait_body ||
         !r.posts || r.length == 0)
       return;

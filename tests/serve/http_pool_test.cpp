@@ -685,7 +685,8 @@ TEST(HttpServer, WhileTheCapIsFullAHeadGetsASecond) {
 // "Expect: 100-continue" is answered from the lobby and the body awaited
 // there: ten clients that are invited and then send nothing do not hold
 // the two workers, and one that sends its body after the invitation is
-// answered, once (no second "100 Continue").
+// answered, once (no second "100 Continue"). An HTTP/1.0 request's Expect
+// is ignored.
 TEST(HttpServer, ExpectContinueIsAnsweredWithoutAWorker) {
   test::LiveServer s(small_server(2, 64, 60, 60));
   const std::string head =
@@ -715,6 +716,17 @@ TEST(HttpServer, ExpectContinueIsAnsweredWithoutAWorker) {
   EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
   EXPECT_NE(got.find("\"tokens\""), std::string::npos) << got;
   for (const int f : silent) ::close(f);
+  // HTTP/1.0 knows no Expect: no invitation; the body is awaited.
+  const int fd10 = connect_and_send(
+      s.port,
+      "POST /tokenize HTTP/1.0\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+      "Content-Length: 16\r\n\r\n");
+  EXPECT_EQ(read_until_closed(fd10, 0.5, &closed), "") << "an invitation to an HTTP/1.0 client";
+  ASSERT_EQ(::send(fd10, body.data(), body.size(), MSG_NOSIGNAL), 16);
+  const std::string got10 = read_until_closed(fd10, 3, &closed);
+  ::close(fd10);
+  EXPECT_EQ(got10.rfind("HTTP/1.1 200", 0), 0u) << got10;
+  EXPECT_TRUE(closed);
 }
 
 // Connections over the cap wait for their request in the lobby too, so a
