@@ -424,25 +424,41 @@ class HttpConn final : public WorkerPool::Parked {
   }
   void admitted() override { parked_at = SteadyClock::now(); }
   // The 503 (it fits a socket's buffer: sent without waiting), then the
-  // connection is kept for 250 ms, its bytes read and dropped, so that its
-  // close does not reset it before the client has read the reply.
+  // lingering close.
   void refuse_now() override {
     const std::string reply =
         server_.canned_ ? server_.canned_(HttpServer::Canned::kTooManyConnections) : "";
     if (!reply.empty())
       (void)!::send(sock, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    start_draining();
+  }
+  // A lingering close: the sending side is shut, and what the client still
+  // sends (a body refused unread, a request that will not be answered) is
+  // read and dropped until it closes, or 250 ms pass without a byte, or 2 s
+  // or 16 MiB in all; closing a socket with unread bytes would reset the
+  // connection, and the client could lose the reply it has not read yet.
+  void start_draining() {
     ::shutdown(sock, SHUT_WR);
     draining = true;
-    drain_until = SteadyClock::now() + std::chrono::milliseconds(250);
+    drain_start = SteadyClock::now();
+    drain_until = drain_start + std::chrono::milliseconds(250);
+    drained = 0;
     in.clear();
     pos = 0;
   }
-  // Reads and drops what has come: false at the end of the stream.
+  // Reads and drops what has come: false when the draining is over (the
+  // end of the stream, an error, or 16 MiB).
   bool drain() {
     char sink[4096];
     for (;;) {
       const ssize_t r = ::recv(sock, sink, sizeof(sink), MSG_DONTWAIT);
-      if (r > 0) continue;
+      if (r > 0) {
+        drained += static_cast<size_t>(r);
+        if (drained > (16u << 20)) return false;
+        drain_until = std::min(drain_start + std::chrono::milliseconds(2000),
+                               SteadyClock::now() + std::chrono::milliseconds(250));
+        continue;
+      }
       return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
     }
   }
@@ -616,7 +632,8 @@ class HttpConn final : public WorkerPool::Parked {
   bool continued = false;  // "100 Continue" went out for it
   bool draining = false;   // refused over the cap: its bytes are dropped until drain_until
   int served = 0;
-  SteadyClock::time_point first_byte{}, parked_at{}, drain_until{};
+  SteadyClock::time_point first_byte{}, parked_at{}, drain_start{}, drain_until{};
+  size_t drained = 0;
 
  private:
   static bool iequals(std::string_view a, std::string_view b) {
@@ -804,7 +821,7 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
     if (!c->request_ready() && !c->eof) c->take_available();
     c->answer_expect();
     if (c->cut && !c->request_ready()) {  // too slow while the cap was full
-      reply_and_close(*c, Canned::kUnreadable, false);
+      reply_and_close(std::move(c), Canned::kUnreadable, false);
       return;
     }
     if (!c->request_ready()) {
@@ -820,11 +837,12 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
       }
       if (!c->started || stopped()) break;  // idle past the keep-alive time, or stopped
       // A request not whole by its deadline.
-      reply_and_close(*c, Canned::kUnreadable, false);
+      reply_and_close(std::move(c), Canned::kUnreadable, false);
       return;
     }
     if (const HttpConn::Scan r = c->scan(); !r.head_done || r.bad_length) {
-      reply_and_close(*c, r.head_done ? Canned::kBadLength : Canned::kHeadTooLarge, false);
+      reply_and_close(std::move(c), r.head_done ? Canned::kBadLength : Canned::kHeadTooLarge,
+                      false);
       return;
     }
     strm.begin_request(c->first_byte + lim_.read_timeout);
@@ -838,21 +856,31 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
     if (!ok || closed || t_close_after) break;
   }
   t_close_after = false;
+  close_lingering(std::move(c));
+}
+
+void HttpServer::close_lingering(std::unique_ptr<HttpConn> c) {
+  if (WorkerPool::can_park()) {
+    c->start_draining();
+    WorkerPool::park(std::move(c));
+    return;
+  }
   close_connection(c->sock);
   c->sock = -1;
 }
 
-void HttpServer::reply_and_close(HttpConn& c, Canned what, bool expect_more) {
+void HttpServer::reply_and_close(std::unique_ptr<HttpConn> c, Canned what, bool expect_more) {
   const std::string reply = canned_ ? canned_(what) : std::string();
   for (size_t sent = 0; sent < reply.size();) {
-    pollfd p{c.sock, POLLOUT, 0};
+    pollfd p{c->sock, POLLOUT, 0};
     if (::poll(&p, 1, static_cast<int>(lim_.write_timeout.count())) <= 0) break;
-    const ssize_t w = ::send(c.sock, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
+    const ssize_t w = ::send(c->sock, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
     if (w <= 0 && !(w < 0 && errno == EINTR)) break;
     if (w > 0) sent += static_cast<size_t>(w);
   }
-  close_connection(c.sock, expect_more && !reply.empty());
-  c.sock = -1;
+  if (!expect_more) return close_lingering(std::move(c));
+  close_connection(c->sock, !reply.empty());
+  c->sock = -1;
 }
 
 // Over the cap (a refusing thread): a moment to start the request and a
@@ -867,25 +895,25 @@ void HttpServer::refuse(socket_t sock) {
     return;
   }
   // No lobby: the refusing thread waits itself.
-  HttpConn c(*this, sock);
-  ConnStream strm(c, lim_.write_timeout, [this] { return stopped(); });
+  auto c = std::make_unique<HttpConn>(*this, sock);
+  ConnStream strm(*c, lim_.write_timeout, [this] { return stopped(); });
   const auto start = SteadyClock::now();
-  while (!c.started && !c.eof && !stopped() &&
+  while (!c->started && !c->eof && !stopped() &&
          wait_for(sock, POLLIN, start + milliseconds(100), [this] { return stopped(); }))
-    c.take_available();
-  if (!c.started) {
+    c->take_available();
+  if (!c->started) {
     if (stopped()) return;  // c closes
-    reply_and_close(c, Canned::kTooManyConnections, true);
+    reply_and_close(std::move(c), Canned::kTooManyConnections, true);
     return;
   }
-  strm.begin_request(c.first_byte + std::min(lim_.read_timeout, milliseconds(1000)));
+  strm.begin_request(c->first_byte + std::min(lim_.read_timeout, milliseconds(1000)));
   t_close_after = false;
   t_body_seconds = 0;
   bool closed = false;
   process_request(strm, true, closed, nullptr);
   t_close_after = false;
   close_connection(sock);
-  c.sock = -1;
+  c->sock = -1;
 }
 
 namespace {
