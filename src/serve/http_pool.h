@@ -146,12 +146,14 @@ class WorkerPool : public httplib::TaskQueue {
 // - a connection over the cap waits in the lobby too: 100 ms to start its
 //   request and a second for its line and headers; then it is admitted if
 //   the cap has room, or answered 503 (one that sent nothing too) and
-//   closed 250 ms later;
+//   closed (lingering, as below);
 // - lines ended by a bare LF are handed to httplib ended by CRLF, and empty
 //   lines before a request line are dropped (RFC 9112 2.2);
-// - on close, bytes the client still sends (a refused body) are read and
-//   dropped for up to 250 ms after the reply, so the close does not reset
-//   the connection before the client has read the reply.
+// - every close lingers (in the lobby): the sending side is shut, and
+//   bytes the client still sends (a refused body) are read and dropped
+//   until it closes, 250 ms pass without one, or 2 s or 16 MiB in all, so
+//   the close does not reset the connection before the client has read
+//   the reply.
 class HttpConn;
 
 class HttpServer : public httplib::Server {
