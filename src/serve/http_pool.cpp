@@ -69,6 +69,7 @@ bool set_thread_urgent(bool urgent) {
 
 WorkerPool::WorkerPool(int workers, int cap, int nice) : cap_(cap), nice_(nice) {
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  lobby_up_.store(wake_fd_ >= 0);
   for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(jobs_, false); });
   for (int i = 0; i < kRefusers; ++i) threads_.emplace_back([this] { loop(refusals_, true); });
   if (wake_fd_ >= 0) threads_.emplace_back([this] { lobby(); });
@@ -129,7 +130,7 @@ bool WorkerPool::crowded() {
 }
 
 bool WorkerPool::can_park() {
-  return t_pool != nullptr && !t_over_capacity && t_pool->wake_fd_ >= 0;
+  return t_pool != nullptr && !t_over_capacity && t_pool->lobby_up_.load();
 }
 
 void WorkerPool::park(std::unique_ptr<Parked> p) {
@@ -145,7 +146,7 @@ void WorkerPool::park(std::unique_ptr<Parked> p) {
 }
 
 bool WorkerPool::can_park_refused() {
-  return t_pool != nullptr && t_over_capacity && t_pool->wake_fd_ >= 0;
+  return t_pool != nullptr && t_over_capacity && t_pool->lobby_up_.load();
 }
 
 void WorkerPool::park_refused(std::unique_ptr<Parked> p) {
@@ -196,7 +197,9 @@ void WorkerPool::lobby() {
   wake.events = EPOLLIN;
   wake.data.fd = wake_fd_;
   if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, wake_fd_, &wake) != 0) {
-    // No poller: nothing can wait here; parked connections are closed.
+    // No poller: workers wait on their connections themselves from now on
+    // (can_park); those parked before this are closed.
+    lobby_up_.store(false);
     for (;;) {
       std::vector<std::unique_ptr<Parked>> in;
       {
@@ -379,13 +382,14 @@ class HttpConn final : public WorkerPool::Parked {
   // bodies are read by the worker). Connections x this bounds the lobby's
   // memory (server_buffer_bytes).
   static constexpr size_t kLobbyBytes = 64 * 1024;
+  static constexpr size_t kOverCapBytes = 8 * 1024;
 
   int fd() const override { return sock; }
   Next readable() override {
     if (draining) return drain() ? Next::kWait : Next::kDrop;
     const bool open = take_available();
     if (over_cap) {
-      if (started && (scan().head_done || in.size() - pos >= kLobbyBytes)) return Next::kServe;
+      if (started && (scan().head_done || in.size() - pos >= kOverCapBytes)) return Next::kServe;
       return open ? Next::kWait : Next::kDrop;
     }
     answer_expect();
@@ -443,7 +447,7 @@ class HttpConn final : public WorkerPool::Parked {
     drain_start = SteadyClock::now();
     drain_until = drain_start + std::chrono::milliseconds(250);
     drained = 0;
-    in.clear();
+    std::string().swap(in);  // its memory too
     pos = 0;
   }
   // Reads and drops what has come: false when the draining is over (the
@@ -474,9 +478,9 @@ class HttpConn final : public WorkerPool::Parked {
   // buffered). False at the end of the stream or on an error.
   bool take_available() {
     compact();
-    while (in.size() - pos < kLobbyBytes) {
+    while (in.size() - pos < bound()) {
       const size_t old = in.size();
-      in.resize(old + 4096);
+      grow(old + 4096);
       ssize_t r;
       do {
         r = ::recv(sock, in.data() + old, 4096, MSG_DONTWAIT);
@@ -491,6 +495,15 @@ class HttpConn final : public WorkerPool::Parked {
     note_bytes();
     return !eof;
   }
+  // What the buffer may hold of a request: a connection over the cap needs
+  // only its line and headers, and not all of those, to be refused.
+  size_t bound() const { return over_cap ? kOverCapBytes : kLobbyBytes; }
+  // Resizes the buffer to n bytes, its capacity kept within the bound plus
+  // one read (std::string would double it).
+  void grow(size_t n) {
+    if (n > in.capacity()) in.reserve(std::min(std::max(n, 2 * in.capacity()), kLobbyBytes + 4096));
+    in.resize(n);
+  }
   // After bytes were added: empty lines before a request line are dropped
   // (RFC 9112 2.2: a server ignores them; some clients send CRLF after a
   // body), and the first byte of a request starts its clock.
@@ -504,7 +517,8 @@ class HttpConn final : public WorkerPool::Parked {
   }
   // A request ended: the next one starts with the bytes already here.
   void request_done() {
-    started = continued = false;
+    started = continued = cut = false;
+    reset_scan();
     ++served;
     note_bytes();
   }
@@ -530,15 +544,18 @@ class HttpConn final : public WorkerPool::Parked {
     size_t expect_at = std::string_view::npos;  // where "100-continue" is
     bool posts = false;                         // a method that sends a body
     bool http10 = false;                        // an HTTP/1.0 request
+    bool seen_length = false;
   };
+  // Incremental: lines already read are not read again (a head trickled in
+  // small pieces would otherwise be rescanned whole at every piece, on the
+  // one lobby thread); reset when a request is done.
   Scan scan() const {
-    Scan r;
+    Scan& r = sc_;
     const std::string_view b(in.data() + pos, in.size() - pos);
     r.have = b.size();
-    uint64_t first_length = 0;
-    bool seen_length = false;
-    size_t line = 0;
-    for (size_t nl; (nl = b.find('\n', line)) != std::string_view::npos; line = nl + 1) {
+    for (size_t nl; !r.head_done && (nl = b.find('\n', sc_next_)) != std::string_view::npos;) {
+      const size_t line = sc_next_;
+      sc_next_ = nl + 1;
       std::string_view l = b.substr(line, nl - line);
       if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
       if (l.empty()) {
@@ -566,11 +583,11 @@ class HttpConn final : public WorkerPool::Parked {
         if (value.empty() || value.find_first_not_of("0123456789") != std::string_view::npos) {
           r.bad_length = true;
         } else {
-          r.length = value.size() > 19 ? UINT64_MAX : std::stoull(std::string(value));
+          const uint64_t length = value.size() > 19 ? UINT64_MAX : std::stoull(std::string(value));
           // Two different lengths are refused (server.cpp): do not wait.
-          if (seen_length && r.length != first_length) r.wait_body = false;
-          if (!seen_length) first_length = r.length;
-          seen_length = true;
+          if (r.seen_length && length != r.length) r.wait_body = false;
+          r.length = length;
+          r.seen_length = true;
         }
       } else if (iequals(name, "transfer-encoding")) {
         r.wait_body = false;  // refused (server.cpp)
@@ -580,6 +597,10 @@ class HttpConn final : public WorkerPool::Parked {
     }
     if (r.length > server_.lim_.max_body) r.wait_body = false;  // refused unread
     return r;
+  }
+  void reset_scan() {
+    sc_ = Scan{};
+    sc_next_ = 0;
   }
   // Whether a worker should take the connection: its next request's line
   // and headers are here, and its body (of a longer one, up to the lobby's
@@ -615,9 +636,16 @@ class HttpConn final : public WorkerPool::Parked {
       return;
     static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
     const bool body_here = r.have - r.head_bytes >= r.length;  // sent without waiting
-    if (!body_here && ::send(sock, kContinue, sizeof(kContinue) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) !=
-                          static_cast<ssize_t>(sizeof(kContinue) - 1))
-      return;
+    if (!body_here) {
+      const ssize_t n = ::send(sock, kContinue, sizeof(kContinue) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n <= 0) return;  // no room (a client not reading): httplib invites it
+      if (n < static_cast<ssize_t>(sizeof(kContinue) - 1)) {
+        // Part of the line went out and the rest cannot follow without
+        // waiting: the connection is beyond repair; end it.
+        ::shutdown(sock, SHUT_RDWR);
+        return;
+      }
+    }
     in[pos + r.expect_at + 4] = 'C';
     continued = true;
   }
@@ -634,6 +662,8 @@ class HttpConn final : public WorkerPool::Parked {
   int served = 0;
   SteadyClock::time_point first_byte{}, parked_at{}, drain_start{}, drain_until{};
   size_t drained = 0;
+  mutable Scan sc_;             // what scan() has read of the next request
+  mutable size_t sc_next_ = 0;  // where its next unread line starts (from pos)
 
  private:
   static bool iequals(std::string_view a, std::string_view b) {
@@ -707,7 +737,7 @@ class ConnStream final : public httplib::Stream {
     if (!wait_for(c_.sock, POLLIN, deadline_, give_up_)) return -1;
     c_.compact();
     const size_t old = c_.in.size();
-    c_.in.resize(old + 4096);
+    c_.grow(old + 4096);
     ssize_t r;
     do {
       r = ::recv(c_.sock, c_.in.data() + old, 4096, 0);

@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -121,6 +122,7 @@ class WorkerPool : public httplib::TaskQueue {
   std::deque<std::function<void()>> jobs_, refusals_;
   std::vector<std::unique_ptr<Parked>> parking_;  // parked, not yet polled
   int wake_fd_ = -1;                              // eventfd: the lobby's doorbell
+  std::atomic<bool> lobby_up_{false};             // false if the lobby cannot poll
   std::vector<std::thread> threads_;
   int open_ = 0;
   bool stop_ = false;

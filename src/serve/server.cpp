@@ -447,6 +447,9 @@ void Server::Impl::routes() {
       bool valid = !o.api_key.empty() && got == "Bearer " + o.api_key;
       for (const auto& [key, cls] : o.api_key_classes) valid = valid || got == "Bearer " + key;
       if (!valid) {
+        // Refused before its body is read: the connection closes after.
+        close_after_response();
+        res.set_header("Connection", "close");
         reply_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer ...)", ""});
         return httplib::Server::HandlerResponse::Handled;
       }

@@ -763,6 +763,24 @@ TEST(HttpServer, OverTheCapAFloodDoesNotDelayRefusalsAndRoomAdmits) {
   EXPECT_EQ(answered.rfind("HTTP/1.1 200", 0), 0u) << answered;
 }
 
+// A request refused for its API key leaves its body unread, so the
+// connection closes after the 401: the body is not read as a request.
+TEST(HttpServer, AWrongKeysBodyIsNotRunAsARequest) {
+  auto o = small_server(4, 16, 5, 10);
+  o.server.api_key = "secret";
+  test::LiveServer s(o);
+  const std::string inner = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  bool closed = false;
+  const std::string got =
+      exchange(s.port,
+               "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: " +
+                   std::to_string(inner.size()) + "\r\n\r\n" + inner,
+               3, &closed);
+  expect_reply(got, "401", "invalid_api_key", closed);
+  EXPECT_EQ(got.find("HTTP/1.1", 5), std::string::npos) << "a second reply: " << got;
+}
+
 // Once the server stops, a request still arriving does not hold it up.
 TEST(HttpServer, StopDoesNotWaitForASlowSender) {
   test::LiveServer s(small_server(4, 16, 5, 60));
