@@ -453,8 +453,9 @@ TEST(HttpServer, AnIdleConnectionHoldsNoWorker) {
 
 // While the connection cap is full, connections idle in the lobby give way
 // (a new one after 200 ms): four silent connections fill a cap of four, a
-// fifth is refused, and soon after the silent ones are closed and a health
-// check gets in.
+// fifth is refused, and soon after silent ones are closed (as many as make
+// room: once one has gone the cap is no longer full) and a health check
+// gets in.
 TEST(HttpServer, WhileTheCapIsFullIdleConnectionsGiveWay) {
   test::LiveServer s(small_server(2, 4, 60, 10));
   std::vector<int> idle;
@@ -464,11 +465,13 @@ TEST(HttpServer, WhileTheCapIsFullIdleConnectionsGiveWay) {
   const std::string refused =
       exchange(s.port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 2, &closed);
   EXPECT_EQ(refused.rfind("HTTP/1.1 503", 0), 0u) << refused;
+  int gone = 0;
   for (const int fd : idle) {
-    read_until_closed(fd, 3, &closed);
-    EXPECT_TRUE(closed) << "a silent connection kept its place under a full cap";
+    read_until_closed(fd, gone == 0 ? 3 : 0.1, &closed);
+    gone += closed ? 1 : 0;
     ::close(fd);
   }
+  EXPECT_GE(gone, 1) << "the silent connections kept their places under a full cap";
   expect_health(s);
 }
 
