@@ -450,6 +450,13 @@ class HttpConn final : public WorkerPool::Parked {
     std::string().swap(in);  // its memory too
     pos = 0;
   }
+  // The lingering close where there is no lobby to do it: the same rule,
+  // waited out on this thread; the socket closes with the connection.
+  void linger_here() {
+    start_draining();
+    while (wait_for(sock, POLLIN, drain_until, [] { return false; }) && drain()) {
+    }
+  }
   // Reads and drops what has come: false when the draining is over (the
   // end of the stream, an error, or 16 MiB).
   bool drain() {
@@ -477,23 +484,30 @@ class HttpConn final : public WorkerPool::Parked {
   // Reads what the socket holds now, without waiting (up to kLobbyBytes
   // buffered). False at the end of the stream or on an error.
   bool take_available() {
-    compact();
-    while (in.size() - pos < bound()) {
-      const size_t old = in.size();
-      grow(old + 4096);
-      ssize_t r;
-      do {
-        r = ::recv(sock, in.data() + old, 4096, MSG_DONTWAIT);
-      } while (r < 0 && errno == EINTR);
-      in.resize(old + static_cast<size_t>(std::max<ssize_t>(r, 0)));
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        eof = true;
-        break;
-      }
+    while (!eof && in.size() - pos < bound()) {
+      const ssize_t r = recv_some(MSG_DONTWAIT);
+      if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) eof = true;
       if (r < 4096) break;
     }
     note_bytes();
     return !eof;
+  }
+  // One recv of up to 4096 bytes onto the end of the buffer (compacted
+  // first): the count, 0 at the end of the stream (eof set), or -1 with
+  // errno as recv left it.
+  ssize_t recv_some(int flags) {
+    compact();
+    const size_t old = in.size();
+    grow(old + 4096);
+    ssize_t r;
+    do {
+      r = ::recv(sock, in.data() + old, 4096, flags);
+    } while (r < 0 && errno == EINTR);
+    const int err = errno;
+    in.resize(old + static_cast<size_t>(std::max<ssize_t>(r, 0)));
+    if (r == 0) eof = true;
+    errno = err;
+    return r;
   }
   // What the buffer may hold of a request: a connection over the cap needs
   // only its line and headers, and not all of those, to be refused.
@@ -735,16 +749,7 @@ class ConnStream final : public httplib::Stream {
   ssize_t fill() {
     if (c_.eof) return 0;
     if (!wait_for(c_.sock, POLLIN, deadline_, give_up_)) return -1;
-    c_.compact();
-    const size_t old = c_.in.size();
-    c_.grow(old + 4096);
-    ssize_t r;
-    do {
-      r = ::recv(c_.sock, c_.in.data() + old, 4096, 0);
-    } while (r < 0 && errno == EINTR);
-    c_.in.resize(old + static_cast<size_t>(std::max<ssize_t>(r, 0)));
-    if (r == 0) c_.eof = true;
-    return r;
+    return c_.recv_some(0);
   }
   // The request line and headers, one byte a call (httplib reads them so):
   // a line ended by a bare LF is handed on ended by CRLF (RFC 9112 2.2
@@ -810,27 +815,6 @@ class ConnStream final : public httplib::Stream {
   size_t line_len_ = 0, head_bytes_ = 0;
 };
 
-// Closes a connection. If the client is still sending (a body that was
-// refused unread), reads and drops it for up to 250 ms (at most 16 MiB)
-// first: closing a socket with unread bytes resets the connection, and the
-// client may lose the reply it has not read yet. `expect_more`: the client
-// is yet to send (a reply went out before its request), so wait for it.
-void close_connection(int fd, bool expect_more = false) {
-  ::shutdown(fd, SHUT_WR);
-  char c;
-  if (expect_more || ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
-    const auto end = SteadyClock::now() + std::chrono::milliseconds(250);
-    size_t dropped = 0;
-    char sink[4096];
-    while (dropped < (16u << 20) && wait_for(fd, POLLIN, end, [] { return false; })) {
-      const ssize_t r = ::recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
-      if (r <= 0 && !(r < 0 && (errno == EAGAIN || errno == EINTR))) break;
-      if (r > 0) dropped += static_cast<size_t>(r);
-    }
-  }
-  ::close(fd);
-}
-
 }  // namespace
 
 bool HttpServer::process_and_close_socket(socket_t sock) {
@@ -851,7 +835,7 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
     if (!c->request_ready() && !c->eof) c->take_available();
     c->answer_expect();
     if (c->cut && !c->request_ready()) {  // too slow while the cap was full
-      reply_and_close(std::move(c), Canned::kUnreadable, false);
+      reply_and_close(std::move(c), Canned::kUnreadable);
       return;
     }
     if (!c->request_ready()) {
@@ -867,12 +851,11 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
       }
       if (!c->started || stopped()) break;  // idle past the keep-alive time, or stopped
       // A request not whole by its deadline.
-      reply_and_close(std::move(c), Canned::kUnreadable, false);
+      reply_and_close(std::move(c), Canned::kUnreadable);
       return;
     }
     if (const HttpConn::Scan r = c->scan(); !r.head_done || r.bad_length) {
-      reply_and_close(std::move(c), r.head_done ? Canned::kBadLength : Canned::kHeadTooLarge,
-                      false);
+      reply_and_close(std::move(c), r.head_done ? Canned::kBadLength : Canned::kHeadTooLarge);
       return;
     }
     strm.begin_request(c->first_byte + lim_.read_timeout);
@@ -895,11 +878,10 @@ void HttpServer::close_lingering(std::unique_ptr<HttpConn> c) {
     WorkerPool::park(std::move(c));
     return;
   }
-  close_connection(c->sock);
-  c->sock = -1;
+  c->linger_here();
 }
 
-void HttpServer::reply_and_close(std::unique_ptr<HttpConn> c, Canned what, bool expect_more) {
+void HttpServer::reply_and_close(std::unique_ptr<HttpConn> c, Canned what) {
   const std::string reply = canned_ ? canned_(what) : std::string();
   for (size_t sent = 0; sent < reply.size();) {
     pollfd p{c->sock, POLLOUT, 0};
@@ -908,9 +890,7 @@ void HttpServer::reply_and_close(std::unique_ptr<HttpConn> c, Canned what, bool 
     if (w <= 0 && !(w < 0 && errno == EINTR)) break;
     if (w > 0) sent += static_cast<size_t>(w);
   }
-  if (!expect_more) return close_lingering(std::move(c));
-  close_connection(c->sock, !reply.empty());
-  c->sock = -1;
+  close_lingering(std::move(c));
 }
 
 // Over the cap (a refusing thread): a moment to start the request and a
@@ -933,7 +913,7 @@ void HttpServer::refuse(socket_t sock) {
     c->take_available();
   if (!c->started) {
     if (stopped()) return;  // c closes
-    reply_and_close(std::move(c), Canned::kTooManyConnections, true);
+    reply_and_close(std::move(c), Canned::kTooManyConnections);
     return;
   }
   strm.begin_request(c->first_byte + std::min(lim_.read_timeout, milliseconds(1000)));
@@ -942,8 +922,7 @@ void HttpServer::refuse(socket_t sock) {
   bool closed = false;
   process_request(strm, true, closed, nullptr);
   t_close_after = false;
-  close_connection(sock);
-  c->sock = -1;
+  close_lingering(std::move(c));
 }
 
 namespace {

@@ -182,9 +182,9 @@ class HttpServer : public httplib::Server {
   void serve(std::unique_ptr<HttpConn> c);
   void refuse(socket_t sock);
   // Writes the canned reply `what` on `c` and closes it.
-  void reply_and_close(std::unique_ptr<HttpConn> c, Canned what, bool expect_more);
+  void reply_and_close(std::unique_ptr<HttpConn> c, Canned what);
   // Closes `c` after a lingering read of what its client still sends
-  // (HttpConn::start_draining; in the lobby where there is one).
+  // (HttpConn::start_draining: in the lobby where there is one, else here).
   void close_lingering(std::unique_ptr<HttpConn> c);
   bool stopped() const { return svr_sock_ == INVALID_SOCKET; }
 
