@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #if defined(__GLIBC__)
-#include <malloc.h>
 #endif
 
 #include <cstdlib>
@@ -14,6 +13,7 @@
 #include <thread>
 
 #include "core/bytes.h"
+#include "core/sysmem.h"
 #include "engine/engine.h"
 #include "serve/server.h"
 #include "tools/commands.h"
@@ -46,17 +46,9 @@ int serve_main(ServeFlags f) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
-#if defined(__GLIBC__)
-  // Two malloc arenas for the whole process (unless MALLOC_ARENA_MAX says
-  // otherwise): glibc gives each thread that allocates under contention an
-  // arena of its own and keeps what is freed there, so 36 HTTP workers
-  // parsing bodies up to --max-body each held on to their high-water mark.
-  // Three rounds of malformed and flooding requests (the tiny model, 2
-  // slots) took the resident size from 101 to 114, 121 and 126 MB with the
-  // default; with two arenas to 109, 109 and 111 MB. The engine allocates
-  // nothing while serving, and the workers' allocations are small.
-  if (getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
-#endif
+  // Freed memory stays in glibc's arenas: two for the process, not one per
+  // contended worker (core/sysmem.cpp says what that saved).
+  limit_malloc_arenas();
 
   auto trunc = serve::parse_truncate(f.truncate);
   if (!trunc.ok()) {

@@ -32,4 +32,8 @@ uint64_t current_rss_bytes();
 // Peak resident set size (VmHWM).
 uint64_t peak_rss_bytes();
 
+// Two malloc arenas for the whole process, unless MALLOC_ARENA_MAX says
+// otherwise (glibc only; a server calls it before its threads start).
+void limit_malloc_arenas();
+
 }  // namespace edgelm

@@ -169,7 +169,9 @@ std::string format_plan(const MemoryPlan& p) {
   line("scratch", p.scratch, fmt::format("forward-pass buffers for {} tokens/step", p.step_tokens));
   line("sampler", p.sampler, "candidate buffers and a masked copy of one vocabulary row, per sampling thread");
   line("slot state", p.slot_state, "token history and logprobs per slot");
-  if (p.extra > 0) line(p.extra_label, p.extra, "request bodies and responses of every HTTP worker (upper bound)");
+  if (p.extra > 0)
+    line(p.extra_label, p.extra,
+         "request bodies and responses of every HTTP worker, and tokenizer calls (upper bound)");
   if (p.baseline > 0) line("process", p.baseline, "binary, libraries, metadata, tokenizer (measured)");
   s += fmt::format("  {:<16} {:>12}\n", "total", format_bytes(p.total));
   s += fmt::format("  {:<16} {:>12}  {}\n", "budget", format_bytes(p.budget.bytes), p.budget.source);

@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <semaphore>
 #include <thread>
 
 #include <netinet/in.h>
@@ -53,6 +54,18 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// /tokenize, /detokenize and /apply-template computed at once (the rest
+// wait): their work is the CPU's, and each can take many times its body in
+// memory (utility_job_bytes), which the plan counts this many times.
+constexpr int kUtilityJobs = 2;
+
+// What one such request may hold beyond its body: the parsed text (1x), the
+// text with its spaces escaped (3x), one token per escaped byte at most (4
+// bytes each: 12x) and the reply (up to 7 bytes a token: 21x).
+uint64_t utility_job_bytes(size_t max_body) {
+  return 37 * static_cast<uint64_t>(max_body);
+}
+
 // Per slot, the sampler keeps its holder's generation, token count and rate.
 constexpr uint64_t kSlotSampleBytes = sizeof(uint64_t) + sizeof(int) + sizeof(std::atomic<float>);
 
@@ -69,7 +82,9 @@ uint64_t server_buffer_bytes(const ServerOptions& o, int slots) {
   // And every slot one non-streamed answer (its text, logprobs and JSON),
   // which the gate keeps within max_response_bytes.
   // And the status page's ring, with each slot's last token count and rate.
+  // And the utility requests computed at once.
   return static_cast<uint64_t>(workers + WorkerPool::kRefusers) * per_conn + cap * (64 + 4) * 1024 +
+         kUtilityJobs * utility_job_bytes(o.max_body_bytes) +
          static_cast<uint64_t>(slots) * o.max_response_bytes + StatusRing::bytes(o.status_seconds) +
          static_cast<uint64_t>(slots) * kSlotSampleBytes;
 }
@@ -104,6 +119,13 @@ struct Server::Impl {
   // (made once; about 8 bytes a token).
   std::shared_ptr<const constrain::TokenVocab> vocab;
   std::thread monitor;
+  std::counting_semaphore<kUtilityJobs> utility{kUtilityJobs};
+  // Holds one of the utility permits for its scope.
+  struct UtilityPermit {
+    explicit UtilityPermit(std::counting_semaphore<kUtilityJobs>& s) : s(s) { s.acquire(); }
+    ~UtilityPermit() { s.release(); }
+    std::counting_semaphore<kUtilityJobs>& s;
+  };
   std::atomic<bool> stopping{false};
   std::mutex stop_mu;
   std::condition_variable stop_cv;
@@ -548,7 +570,9 @@ void Server::Impl::routes() {
     res.set_content(render_metrics(metrics, engine, adm, pool ? pool->open() : 0), "text/plain; version=0.0.4");
   });
   // llama-server's route: the prompt a chat request would be given, exactly.
-  http.Post("/apply-template", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
+  http.Post("/apply-template", [this, json_reply](const httplib::Request& req,
+                                                  httplib::Response& res) {
+    const UtilityPermit permit(utility);
     RequestLimits limits;
     limits.n_vocab = engine.tokenizer().n_vocab();
     limits.max_content_bytes = o.max_body_bytes;
@@ -563,14 +587,32 @@ void Server::Impl::routes() {
     json_reply(res, {{"prompt", *text}});
   });
   http.Post("/tokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
+    const UtilityPermit permit(utility);
     json j = json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
       return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"content\": string}", "content"});
     const bool add_special = j.value("add_special", false);
     const bool parse_special = j.value("parse_special", true);
-    json_reply(res, {{"tokens", engine.tokenizer().encode(j["content"].get<std::string>(), add_special, parse_special)}});
+    const std::vector<int32_t> ids = engine.tokenizer().encode(
+        j["content"].get_ref<const std::string&>(), add_special, parse_special);
+    j = json();  // the parsed body's memory, before the reply's
+    // Written without a JSON tree (16 bytes an id, and a long text's ids are
+    // many).
+    std::string out;
+    out.reserve(13 + (fmt::formatted_size("{}", engine.tokenizer().n_vocab()) + 1) * ids.size());
+    out += "{\"tokens\":[";
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ',';
+      const fmt::format_int digits(ids[i]);
+      out.append(digits.data(), digits.size());
+    }
+    out += "]}";
+    res.status = 200;
+    res.body = std::move(out);  // set_content would copy it
+    res.set_header("Content-Type", "application/json");
   });
   http.Post("/detokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
+    const UtilityPermit permit(utility);
     json j = json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
       return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"tokens\": [ids]}", "tokens"});
