@@ -155,6 +155,18 @@ void WorkerPool::park_refused(std::unique_ptr<Parked> p) {
   {
     std::lock_guard<std::mutex> lk(pool->mu_);
     if (pool->stop_) return;  // p closes
+    if (pool->undecided_ < pool->cap_) {
+      ++pool->undecided_;
+      p->undecided = true;
+      pool->parking_.push_back(std::move(p));
+    }
+  }
+  if (p) {
+    // As many wait already as the cap allows to be open: no room to read
+    // this one's request; its 503 now, and the lingering close.
+    p->refuse_now();
+    std::lock_guard<std::mutex> lk(pool->mu_);
+    if (pool->stop_) return;
     pool->parking_.push_back(std::move(p));
   }
   const uint64_t one = 1;
@@ -207,19 +219,32 @@ void WorkerPool::lobby() {
         in.swap(parking_);
         if (stop_ && in.empty()) break;
       }
-      int n = 0;
-      for (const auto& p : in) n += p->over_cap ? 0 : 1;
+      int n = 0, undecided = 0;
+      for (const auto& p : in) n += p->over_cap ? 0 : 1, undecided += p->undecided ? 1 : 0;
       closed(n);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        undecided_ -= undecided;
+      }
       in.clear();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (ep >= 0) ::close(ep);
     return;
   }
+  // An over-cap connection leaves the waiting ones when it is admitted,
+  // refused or closed.
+  const auto decided = [this](Parked& p) {
+    if (!p.undecided) return;
+    p.undecided = false;
+    std::lock_guard<std::mutex> lk(mu_);
+    --undecided_;
+  };
   const auto settle = [&](int fd, Next next) {
     if (next == Next::kWait) return;
     auto it = parked.find(fd);
     if (it == parked.end()) return;
+    decided(*it->second);
     if (it->second->over_cap && next == Next::kServe) {
       // Over the cap when accepted: admitted if there is room now, else
       // refused (and kept until its reply has been read).
@@ -258,6 +283,7 @@ void WorkerPool::lobby() {
       ev.events = EPOLLIN;
       ev.data.fd = fd;
       if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        decided(*p);
         const bool counted = !p->over_cap;
         p.reset();
         if (counted) closed(1);
@@ -515,7 +541,7 @@ class HttpConn final : public WorkerPool::Parked {
   // Resizes the buffer to n bytes, its capacity kept within the bound plus
   // one read (std::string would double it).
   void grow(size_t n) {
-    if (n > in.capacity()) in.reserve(std::min(std::max(n, 2 * in.capacity()), kLobbyBytes + 4096));
+    if (n > in.capacity()) in.reserve(std::min(std::max(n, 2 * in.capacity()), bound() + 4096));
     in.resize(n);
   }
   // After bytes were added: empty lines before a request line are dropped

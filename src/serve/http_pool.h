@@ -82,6 +82,9 @@ class WorkerPool : public httplib::TaskQueue {
     virtual void admitted() = 0;
     virtual void refuse_now() = 0;
     bool over_cap = false;
+    // Over the cap and not yet admitted or refused (at most `cap` such wait;
+    // the rest are refused when accepted).
+    bool undecided = false;
   };
 
   WorkerPool(int workers, int cap, int nice = 0);
@@ -100,7 +103,9 @@ class WorkerPool : public httplib::TaskQueue {
   static bool can_park();
   static void park(std::unique_ptr<Parked> p);
   // On a refusing thread: the lobby takes the connection over the cap
-  // (not counted), refuses it or admits it if room has come by then.
+  // (not counted), refuses it or admits it if room has come by then. While
+  // `cap` such connections are already waiting, it is refused at once
+  // (refuse_now) and parked only to linger.
   static bool can_park_refused();
   static void park_refused(std::unique_ptr<Parked> p);
 
@@ -125,6 +130,7 @@ class WorkerPool : public httplib::TaskQueue {
   std::atomic<bool> lobby_up_{false};             // false if the lobby cannot poll
   std::vector<std::thread> threads_;
   int open_ = 0;
+  int undecided_ = 0;  // connections over the cap waiting in the lobby (Parked::undecided)
   bool stop_ = false;
 };
 

@@ -75,7 +75,9 @@ uint64_t server_buffer_bytes(const ServerOptions& o, int slots) {
   // Every serving worker may hold one request body, its parsed copy and a
   // response buffer; each refusing thread as much (an upper bound: it reads
   // no body). Every open connection may hold what the lobby keeps of its
-  // next request (HttpConn::kLobbyBytes) and one read more.
+  // next request (HttpConn::kLobbyBytes) and one read more, and as many
+  // connections over the cap may wait with a head of up to 8 KiB
+  // (HttpConn::kOverCapBytes) and one read more.
   const uint64_t per_conn = 3 * static_cast<uint64_t>(o.max_body_bytes) + 64 * 1024;
   const int workers = http_threads_for(o, slots);
   const auto cap = static_cast<uint64_t>(connection_cap(o, workers));
@@ -83,8 +85,8 @@ uint64_t server_buffer_bytes(const ServerOptions& o, int slots) {
   // which the gate keeps within max_response_bytes.
   // And the status page's ring, with each slot's last token count and rate.
   // And the utility requests computed at once.
-  return static_cast<uint64_t>(workers + WorkerPool::kRefusers) * per_conn + cap * (64 + 4) * 1024 +
-         kUtilityJobs * utility_job_bytes(o.max_body_bytes) +
+  return static_cast<uint64_t>(workers + WorkerPool::kRefusers) * per_conn +
+         cap * (64 + 4 + 8 + 4) * 1024 + kUtilityJobs * utility_job_bytes(o.max_body_bytes) +
          static_cast<uint64_t>(slots) * o.max_response_bytes + StatusRing::bytes(o.status_seconds) +
          static_cast<uint64_t>(slots) * kSlotSampleBytes;
 }

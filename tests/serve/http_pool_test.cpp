@@ -766,6 +766,47 @@ TEST(HttpServer, OverTheCapAFloodDoesNotDelayRefusalsAndRoomAdmits) {
   EXPECT_EQ(answered.rfind("HTTP/1.1 200", 0), 0u) << answered;
 }
 
+// Over the cap, as many connections as the cap wait in the lobby for their
+// requests (each keeping up to 8 KiB, counted in the memory plan); the ones
+// beyond are refused as they come, and room made later admits only the
+// waiting ones.
+TEST(HttpServer, OverTheCapAtMostCapConnectionsWait) {
+  test::LiveServer s(small_server(2, 2, 60, 60));
+  std::vector<int> held, waiting, beyond;
+  for (int i = 0; i < 2; ++i) held.push_back(connect_and_send(s.port, "GET /hea"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 2; ++i) waiting.push_back(connect_and_send(s.port, "GET /hea"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 3; ++i) beyond.push_back(connect_and_send(s.port, "GET /hea"));
+  for (const int fd : held) ASSERT_GE(fd, 0);
+  for (const int fd : waiting) ASSERT_GE(fd, 0);
+  for (const int fd : beyond) ASSERT_GE(fd, 0);
+  bool closed = false;
+  for (const int fd : beyond) {
+    const std::string got = read_until_closed(fd, 0.3, &closed);
+    EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << "refused as it came: " << got;
+    ::close(fd);
+  }
+  for (const int fd : waiting) {
+    const std::string got = read_until_closed(fd, 0.05, &closed);
+    EXPECT_TRUE(got.empty() && !closed) << "still waiting: " << got;
+  }
+  // Room: the two holding the cap leave; the waiting ones are admitted when
+  // their requests are whole.
+  for (const int fd : held) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string rest = "lth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  for (const int fd : waiting) {
+    ASSERT_EQ(::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(rest.size()));
+  }
+  for (const int fd : waiting) {
+    const std::string got = read_until_closed(fd, 2, &closed);
+    EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+    ::close(fd);
+  }
+}
+
 // A request refused for its API key leaves its body unread, so the
 // connection closes after the 401: the body is not read as a request.
 TEST(HttpServer, AWrongKeysBodyIsNotRunAsARequest) {

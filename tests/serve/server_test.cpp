@@ -601,7 +601,10 @@ TEST(Serve, ManyLongTokenizeCallsRaiseResidentMemoryLittle) {
 #ifdef EDGELM_SANITIZED
   GTEST_SKIP() << "a sanitizer's allocator keeps freed memory: RSS is measured in the plain build";
 #endif
-  limit_malloc_arenas();  // as edgelm serve does at start
+  // As edgelm serve does at start. It takes effect only before other
+  // threads have made arenas of their own: the test is meant to run alone
+  // in its process, as ctest runs each.
+  limit_malloc_arenas();
   LiveServer::Options o;
   o.server.max_body_bytes = 256 << 10;
   LiveServer s(o);
