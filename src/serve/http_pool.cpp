@@ -480,7 +480,7 @@ class HttpConn final : public WorkerPool::Parked {
   // waited out on this thread; the socket closes with the connection.
   void linger_here() {
     start_draining();
-    while (wait_for(sock, POLLIN, drain_until, [] { return false; }) && drain()) {
+    while (wait_for(sock, POLLIN, drain_until, [this] { return server_.stopped(); }) && drain()) {
     }
   }
   // Reads and drops what has come: false when the draining is over (the

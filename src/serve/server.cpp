@@ -9,7 +9,6 @@
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <semaphore>
 #include <thread>
 
 #include <netinet/in.h>
@@ -25,6 +24,7 @@
 #include "serve/status.h"
 #include "serve/status_ring.h"
 #include "serve/stream.h"
+#include "serve/text_budget.h"
 
 namespace edgelm::serve {
 
@@ -54,17 +54,21 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// /tokenize, /detokenize and /apply-template computed at once (the rest
-// wait): their work is the CPU's, and each can take many times its body in
-// memory (utility_job_bytes), which the plan counts this many times.
-constexpr int kUtilityJobs = 2;
-
-// What one such request may hold beyond its body: the parsed text (1x), the
-// text with its spaces escaped (3x), one token per escaped byte at most (4
-// bytes each: 12x) and the reply (up to 7 bytes a token: 21x).
-uint64_t utility_job_bytes(size_t max_body) {
-  return 37 * static_cast<uint64_t>(max_body);
+// Request text in preparation at once (TextBudget): one body of the
+// largest size, or many smaller ones.
+uint64_t text_budget_bytes(const ServerOptions& o) {
+  return std::max<uint64_t>(o.max_body_bytes, 64 << 10);
 }
+
+// What preparing a text may hold at its peak, per byte of the budget: the
+// tokenizer's symbols (28 bytes a character) and heap, the ids and the
+// copies. Measured over 200 kB of spaces, base64, CJK and words, with an
+// SPM and a BPE vocabulary (one /tokenize call's peak resident growth):
+// 9-50x the body; counted 64x.
+constexpr uint64_t kTextPeakFactor = 64;
+
+// How long a request waits for its turn in the budget before a 503.
+constexpr std::chrono::milliseconds kTextWait{5000};
 
 // Per slot, the sampler keeps its holder's generation, token count and rate.
 constexpr uint64_t kSlotSampleBytes = sizeof(uint64_t) + sizeof(int) + sizeof(std::atomic<float>);
@@ -84,9 +88,9 @@ uint64_t server_buffer_bytes(const ServerOptions& o, int slots) {
   // And every slot one non-streamed answer (its text, logprobs and JSON),
   // which the gate keeps within max_response_bytes.
   // And the status page's ring, with each slot's last token count and rate.
-  // And the utility requests computed at once.
+  // And the texts in preparation (TextBudget).
   return static_cast<uint64_t>(workers + WorkerPool::kRefusers) * per_conn +
-         cap * (64 + 4 + 8 + 4) * 1024 + kUtilityJobs * utility_job_bytes(o.max_body_bytes) +
+         cap * (64 + 4 + 8 + 4) * 1024 + kTextPeakFactor * text_budget_bytes(o) +
          static_cast<uint64_t>(slots) * o.max_response_bytes + StatusRing::bytes(o.status_seconds) +
          static_cast<uint64_t>(slots) * kSlotSampleBytes;
 }
@@ -121,13 +125,7 @@ struct Server::Impl {
   // (made once; about 8 bytes a token).
   std::shared_ptr<const constrain::TokenVocab> vocab;
   std::thread monitor;
-  std::counting_semaphore<kUtilityJobs> utility{kUtilityJobs};
-  // Holds one of the utility permits for its scope.
-  struct UtilityPermit {
-    explicit UtilityPermit(std::counting_semaphore<kUtilityJobs>& s) : s(s) { s.acquire(); }
-    ~UtilityPermit() { s.release(); }
-    std::counting_semaphore<kUtilityJobs>& s;
-  };
+  TextBudget text_budget{text_budget_bytes(o)};
   std::atomic<bool> stopping{false};
   std::mutex stop_mu;
   std::condition_variable stop_cv;
@@ -149,6 +147,8 @@ struct Server::Impl {
 
   void routes();
   void reply_error(httplib::Response& res, const ApiError& e, int retry_after = 0);
+  // The 503 for a request whose text found no room in the text budget in time.
+  void reply_busy_preparing(httplib::Response& res);
   bool refuse_framing(const httplib::Request& req, httplib::Response& res);
   void refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id,
               std::string_view cls);
@@ -175,6 +175,17 @@ void Server::Impl::reply_error(httplib::Response& res, const ApiError& e, int re
   res.status = e.status;
   if (retry_after > 0) res.set_header("Retry-After", std::to_string(retry_after));
   res.set_content(error_json(e), "application/json");
+}
+
+void Server::Impl::reply_busy_preparing(httplib::Response& res) {
+  reply_error(res,
+              {503, "server_unavailable", "busy_preparing",
+               fmt::format("the texts of other requests being prepared fill the server's budget of "
+                           "{} bytes for {} s; "
+                           "retry after 1 s",
+                           text_budget.capacity(), kTextWait.count() / 1000),
+               ""},
+              1);
 }
 
 void Server::Impl::refuse(httplib::Response& res, const Decision& d, Clock::time_point t0, const std::string& req_id,
@@ -241,6 +252,9 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
 
   // Parse, render, tokenize and truncate before a slot is taken: the gate
   // decides on the prompt's real length, and a slow render holds no slot.
+  // The text's turn in the budget first (its memory while it is prepared).
+  TextPermit text(text_budget, req.body.size(), cls, kTextWait);
+  if (!text.ok()) return reply_busy_preparing(res);
   RequestLimits limits;
   limits.n_vocab = engine.tokenizer().n_vocab();
   limits.max_content_bytes = o.max_body_bytes;
@@ -266,6 +280,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
     return reply_error(res, *err);
   }
   BuiltPrompt& prompt = std::get<BuiltPrompt>(built);
+  text.release();  // what remains is the prompt's ids, within a slot's context
   const int n_prompt = static_cast<int>(prompt.tokens.size());
 
   GenerateParams gp;
@@ -574,7 +589,8 @@ void Server::Impl::routes() {
   // llama-server's route: the prompt a chat request would be given, exactly.
   http.Post("/apply-template", [this, json_reply](const httplib::Request& req,
                                                   httplib::Response& res) {
-    const UtilityPermit permit(utility);
+    const TextPermit permit(text_budget, req.body.size(), adm.options().default_class, kTextWait);
+    if (!permit.ok()) return reply_busy_preparing(res);
     RequestLimits limits;
     limits.n_vocab = engine.tokenizer().n_vocab();
     limits.max_content_bytes = o.max_body_bytes;
@@ -589,7 +605,8 @@ void Server::Impl::routes() {
     json_reply(res, {{"prompt", *text}});
   });
   http.Post("/tokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
-    const UtilityPermit permit(utility);
+    const TextPermit permit(text_budget, req.body.size(), adm.options().default_class, kTextWait);
+    if (!permit.ok()) return reply_busy_preparing(res);
     json j = json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
       return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"content\": string}", "content"});
@@ -614,7 +631,8 @@ void Server::Impl::routes() {
     res.set_header("Content-Type", "application/json");
   });
   http.Post("/detokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
-    const UtilityPermit permit(utility);
+    const TextPermit permit(text_budget, req.body.size(), adm.options().default_class, kTextWait);
+    if (!permit.ok()) return reply_busy_preparing(res);
     json j = json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
       return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"tokens\": [ids]}", "tokens"});
@@ -790,6 +808,7 @@ void Server::run() {
   request_short_slice();  // this thread accepts every connection
   impl_->http.listen_after_bind();
   impl_->stopping.store(true);
+  impl_->text_budget.stop();
   impl_->stop_cv.notify_all();
   if (impl_->monitor.joinable()) impl_->monitor.join();
 }

@@ -774,9 +774,9 @@ TEST(HttpServer, OverTheCapAtMostCapConnectionsWait) {
   test::LiveServer s(small_server(2, 2, 60, 60));
   std::vector<int> held, waiting, beyond;
   for (int i = 0; i < 2; ++i) held.push_back(connect_and_send(s.port, "GET /hea"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
   for (int i = 0; i < 2; ++i) waiting.push_back(connect_and_send(s.port, "GET /hea"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
   for (int i = 0; i < 3; ++i) beyond.push_back(connect_and_send(s.port, "GET /hea"));
   for (const int fd : held) ASSERT_GE(fd, 0);
   for (const int fd : waiting) ASSERT_GE(fd, 0);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 
@@ -593,11 +594,14 @@ TEST(Serve, ResidentMemoryFlatOverAThousandRequests) {
   EXPECT_TRUE(s.wait_idle());
 }
 
-// Many long /tokenize calls at once raise resident memory by little more
-// than their bodies: two are computed at a time, a long text's symbols are
-// held a word at a time, and the ids are written without a JSON tree (32
-// such calls of 200 kB took about 120 MB, kept as malloc's high-water mark).
-TEST(Serve, ManyLongTokenizeCallsRaiseResidentMemoryLittle) {
+// Many long texts at once, to /tokenize and as chat prompts, raise the
+// resident size, at its peak and after, by little more than their bodies:
+// the texts in preparation share a budget the memory plan counts, a long
+// text's symbols are held a word at a time, and /tokenize's ids are written
+// without a JSON tree. (32 /tokenize calls of 200 kB kept about 120 MB as
+// malloc's high-water mark; 32 such chat requests to the Qwen2 synthetic
+// file raised the peak by 330 MB.)
+TEST(Serve, ManyLongTextsAtOnceRaiseResidentMemoryLittle) {
 #ifdef EDGELM_SANITIZED
   GTEST_SKIP() << "a sanitizer's allocator keeps freed memory: RSS is measured in the plain build";
 #endif
@@ -606,21 +610,23 @@ TEST(Serve, ManyLongTokenizeCallsRaiseResidentMemoryLittle) {
   // in its process, as ctest runs each.
   limit_malloc_arenas();
   LiveServer::Options o;
+  o.slots = 2;
   o.server.max_body_bytes = 256 << 10;
+  o.server.truncate = serve::Truncate::None;
   LiveServer s(o);
   std::string text;
   for (int i = 0; text.size() < 200000; ++i) text += (i % 7 == 0 ? "abc " : "the quick fox ");
-  const std::string body = json{{"content", text}}.dump();
   std::atomic<int> ok{0};
-  std::atomic<size_t> ids{0};
-  // 24 calls at once, each on a raw client that keeps none of the reply
-  // (this process is the clients' too): its status and its ids counted.
-  const auto run = [&](const std::string& content) {
+  std::atomic<size_t> commas{0};
+  // 24 requests at once, each on a raw client that keeps none of the reply
+  // (this process is the clients' too): its status and its commas counted.
+  const auto run = [&](const std::string& path, const std::string& content,
+                       const std::string& status) {
     ok = 0;
-    const std::string request =
-        "POST /tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
-        "application/json\r\nContent-Length: " +
-        std::to_string(content.size()) + "\r\n\r\n" + content;
+    const std::string request = "POST " + path +
+                                " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
+                                "application/json\r\nContent-Length: " +
+                                std::to_string(content.size()) + "\r\n\r\n" + content;
     std::vector<std::thread> ts;
     for (int k = 0; k < 24; ++k) {
       ts.emplace_back([&] {
@@ -632,13 +638,13 @@ TEST(Serve, ManyLongTokenizeCallsRaiseResidentMemoryLittle) {
           setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
           char buf[4096];
           std::string head;
-          size_t commas = 0;
+          size_t n_commas = 0;
           for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) {
             if (head.size() < 12) head.append(buf, static_cast<size_t>(n));
-            commas += static_cast<size_t>(std::count(buf, buf + n, ','));
+            n_commas += static_cast<size_t>(std::count(buf, buf + n, ','));
           }
-          if (head.rfind("HTTP/1.1 200", 0) == 0) {
-            ids = commas + 1;
+          if (head.rfind("HTTP/1.1 " + status, 0) == 0) {
+            commas = n_commas;
             ++ok;
           }
         }
@@ -647,17 +653,35 @@ TEST(Serve, ManyLongTokenizeCallsRaiseResidentMemoryLittle) {
     }
     for (auto& t : ts) t.join();
   };
-  run(R"({"content":"warm up the workers and their connections"})");  // stacks, buffers
+  const auto reset_peak = [] { std::ofstream("/proc/self/clear_refs") << "5"; };
+  // Warm-up: the workers' stacks, the connections' buffers.
+  run("/tokenize", R"({"content":"warm up the workers and their connections"})", "200");
   ASSERT_EQ(ok.load(), 24);
-  const uint64_t before = current_rss_bytes();
-  run(body);
-  EXPECT_EQ(ok.load(), 24);
-  EXPECT_GT(ids, 10000u) << "a long reply indeed";
-  const uint64_t after = current_rss_bytes();
-  // The bodies (24 x 200 kB) and two calls' work, with room for the
-  // allocator: 2-6 MB measured, 66-80 MB before.
-  EXPECT_LT(after, before + (16u << 20))
-      << "RSS grew from " << before << " to " << after << " bytes";
+  struct Case {
+    std::string path, body, status;
+  };
+  const Case cases[] = {
+      {"/tokenize", json{{"content", text}}.dump(), "200"},
+      // Too long for a slot (refused after its tokens are counted).
+      {"/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", text}}}}}.dump(),
+       "400"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path);
+    reset_peak();
+    const uint64_t before = current_rss_bytes();
+    run(c.path, c.body, c.status);
+    EXPECT_EQ(ok.load(), 24);
+    if (c.path == "/tokenize") {
+      EXPECT_GT(commas.load(), 10000u) << "a long reply indeed";
+    }
+    const uint64_t peak = peak_rss_bytes(), after = current_rss_bytes();
+    // The bodies (24 x 200 kB) and the budget's work, with room for the
+    // allocator: after +2-6 MB measured (+66-80 MB before, /tokenize).
+    EXPECT_LT(after, before + (16u << 20))
+        << "RSS grew from " << before << " to " << after << " bytes";
+    EXPECT_LT(peak, before + (24u << 20)) << "RSS peaked at " << peak << " bytes from " << before;
+  }
 }
 
 }  // namespace
