@@ -127,6 +127,8 @@ struct Server::Impl {
   std::thread monitor;
   TextBudget text_budget{text_budget_bytes(o)};
   std::atomic<bool> stopping{false};
+  std::atomic<bool> stop_asked{false};  // Server::stop was called
+  std::atomic<int> run_state{0};        // 0 before run, 1 in it (listening or about to), 2 after
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   // The status page's history and each slot's tokens/s, sampled once a
@@ -642,6 +644,19 @@ void Server::Impl::routes() {
         return reply_error(res, {400, "invalid_request_error", "invalid_token", "'tokens' must hold vocabulary ids", "tokens"});
       ids.push_back(v.get<int32_t>());
     }
+    j = json();  // the parsed body's memory, before the text's
+    // A token's text can be long (a run of spaces or dashes): the text is
+    // measured before it is made, and kept within 4x --max-body.
+    uint64_t bytes = 0;
+    for (const int32_t id : ids) bytes += engine.tokenizer().token_piece_view(id, true).size();
+    const uint64_t limit = 4 * static_cast<uint64_t>(o.max_body_bytes);
+    if (bytes > limit)
+      return reply_error(
+          res,
+          {400, "invalid_request_error", "text_too_long",
+           fmt::format("the text of these tokens would be {} bytes, more than {} (4x --max-body)",
+                       bytes, limit),
+           "tokens"});
     json_reply(res, {{"content", engine.tokenizer().decode(ids)}});
   });
 }
@@ -806,7 +821,9 @@ Status Server::bind() {
 void Server::run() {
   impl_->monitor = std::thread([this] { impl_->watch_memory(); });
   request_short_slice();  // this thread accepts every connection
-  impl_->http.listen_after_bind();
+  impl_->run_state.store(1);
+  if (!impl_->stop_asked.load()) impl_->http.listen_after_bind();
+  impl_->run_state.store(2);
   impl_->stopping.store(true);
   impl_->text_budget.stop();
   impl_->stop_cv.notify_all();
@@ -828,7 +845,14 @@ void Server::drain_and_stop() {
 }
 
 void Server::stop() {
-  if (impl_ && impl_->http.is_running()) impl_->http.stop();
+  if (!impl_) return;
+  impl_->stop_asked.store(true);
+  // run() may be on its way into httplib's accept loop, where a stop asked
+  // before it runs would be lost (httplib's stop does nothing then): wait
+  // for it to be running, then stop it.
+  for (int i = 0; i < 1000 && impl_->run_state.load() == 1 && !impl_->http.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (impl_->http.is_running()) impl_->http.stop();
 }
 
 }  // namespace edgelm::serve

@@ -61,6 +61,7 @@ struct LiveServer {
     double step_ms = 5;   // every engine step takes at least this long ...
     double token_ms = 0;  // ... plus this per token in the step
     std::string system_prompt;  // pinned at start (as --system-prompt-file), rendered as chatml
+    std::string model;          // a GGUF file; "" = tiny_model_path()
     serve::ServerOptions server = [] {
       serve::ServerOptions s;
       s.admission.max_slowdown = 0;       // the relative gate only where a test asks for it
@@ -70,7 +71,7 @@ struct LiveServer {
   };
 
   explicit LiveServer(Options o) {
-    auto m = Model::load(tiny_model_path());
+    auto m = Model::load(o.model.empty() ? tiny_model_path() : o.model);
     EXPECT_TRUE(m.ok());
     auto tok = tokenizer::Tokenizer::from_gguf((*m)->file);
     EXPECT_TRUE(tok.ok());

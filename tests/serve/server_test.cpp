@@ -526,6 +526,63 @@ TEST(Serve, TokenizeAndDetokenize) {
   EXPECT_EQ(r->status, 400);
 }
 
+// The text of many long tokens is measured before it is made: over 4x
+// --max-body it is refused, however short the list of ids. (Qwen2's
+// vocabulary has pieces of up to 256 bytes, an id takes 6 in the body.)
+TEST(Serve, DetokenizeKeepsItsTextWithinFourBodies) {
+  EDGELM_REQUIRE_VOCAB(vocab, "ggml-vocab-qwen2.gguf");
+  const std::string path = test::temp_path("serve-tiny-llama-qwen2-vocab.gguf");
+  if (!std::filesystem::exists(path)) {
+    SynthOptions so;
+    so.shape = "tiny-llama";
+    so.ftype = "Q8_0";
+    so.vocab = vocab;
+    so.output = path;
+    ASSERT_TRUE(write_synthetic_model(so).ok());
+  }
+  LiveServer::Options o;
+  o.model = path;
+  o.server.max_body_bytes = 4096;
+  LiveServer s(o);
+  const auto& tok = s.engine->tokenizer();
+  int32_t longest = 0;
+  for (int32_t t = 0; t < tok.n_vocab(); ++t)
+    if (tok.token_piece_view(t, true).size() > tok.token_piece_view(longest, true).size())
+      longest = t;
+  const size_t piece = tok.token_piece_view(longest, true).size();
+  // Ids that fit the body but whose text does not fit four bodies, and
+  // half as many, whose text does.
+  const size_t over = 4 * 4096 / piece + 1;
+  const std::string too_long = json({{"tokens", std::vector<int32_t>(over, longest)}}).dump();
+  ASSERT_LT(too_long.size(), 4096u);
+  auto c = s.client();
+  auto r = c.Post("/detokenize", too_long, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(parse(r->body)["error"]["code"], "text_too_long");
+  r = c.Post("/detokenize", json({{"tokens", std::vector<int32_t>(over / 2, longest)}}).dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
+// A stop asked while the server is starting (a SIGTERM right after start,
+// or a test that ends at once) is not lost: httplib's own stop does nothing
+// before its accept loop runs, and the server then accepted forever.
+TEST(Serve, AStopAskedAsTheServerStartsIsNotLost) {
+  for (int i = 0; i < 5; ++i) {
+    LiveServer s({});
+    s.server->stop();  // right after run()'s thread started: usually before it listens
+    auto joined = std::async(std::launch::async, [&] { s.thread.join(); });
+    const bool stopped = joined.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    if (!stopped) {
+      s.server->stop();  // it runs by now: stopped, so that the test fails rather than hangs
+      joined.wait();
+    }
+    EXPECT_TRUE(stopped) << "round " << i;
+  }
+}
+
 TEST(Serve, ApiKey) {
   LiveServer::Options o;
   o.server.api_key = "sesame";
