@@ -19,7 +19,6 @@ void merge_word(const Tokenizer::Impl& v, std::string_view word, EncodeScratch& 
   auto& sym = s.symbols;
   auto& heap = s.heap;
   sym.clear();
-  heap.clear();
   for (size_t off = 0; off < word.size();) {
     size_t len;
     int32_t id;
@@ -49,27 +48,14 @@ void merge_word(const Tokenizer::Impl& v, std::string_view word, EncodeScratch& 
     heap.push_back((static_cast<uint64_t>(x.cand) << 32) | static_cast<uint32_t>(l));
     return true;
   };
-  for (int32_t i = 0; i < static_cast<int32_t>(sym.size()); ++i) update(i);
-  std::make_heap(heap.begin(), heap.end(), std::greater<>{});  // O(n), not n pushes
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
-    const uint64_t key = heap.back();
-    heap.pop_back();
-    const auto li = static_cast<int32_t>(key & 0xFFFFFFFFu);
-    auto& l = sym[li];
-    // Stale unless the pair at `li` still has a rule of this rank (an equal
-    // key sorts identically, so taking it now keeps the order exact).
-    if (l.len == 0 || l.cand < 0 || static_cast<uint64_t>(l.cand) != (key >> 32)) continue;
-    auto& r = sym[l.next];
-    l.len += r.len;
-    l.id = l.cand_result;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[r.next].prev = li;
-    if (update(l.prev)) std::push_heap(heap.begin(), heap.end(), std::greater<>{});
-    if (update(li)) std::push_heap(heap.begin(), heap.end(), std::greater<>{});
-  }
+  // Stale unless the pair at `l` still has a rule of this rank (an equal
+  // key sorts identically, so taking it now keeps the order exact).
+  merge_pairs(
+      s, update,
+      [](const EncodeScratch::Symbol& l, uint64_t key) {
+        return l.cand >= 0 && static_cast<uint64_t>(l.cand) == (key >> 32);
+      },
+      [](const EncodeScratch::Symbol& l) { return l.cand_result; });
 
   for (int32_t i = 0; i != -1; i = sym[i].next) {
     const auto& x = sym[i];

@@ -43,28 +43,14 @@ void merge_and_emit(const Tokenizer::Impl& v, std::string_view text, EncodeScrat
     return true;
   };
 
-  heap.clear();
-  for (int32_t i = 0; i < static_cast<int32_t>(sym.size()); ++i) update(i);
-  std::make_heap(heap.begin(), heap.end(), std::greater<>{});  // O(n), not n pushes
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
-    const uint64_t key = heap.back();
-    heap.pop_back();
-    const auto li = static_cast<int32_t>(key & 0xFFFFFFFFu);
-    auto& l = sym[li];
-    // Stale unless the pair at `li` still has a candidate with this key
-    // (an equal key means an equal score: the order is the same).
-    if (l.len == 0 || l.cand == kNoToken || score_key(v.scores[l.cand]) != (key >> 32)) continue;
-    auto& r = sym[l.next];
-    l.len += r.len;
-    l.id = l.cand;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[r.next].prev = li;
-    if (update(l.prev)) std::push_heap(heap.begin(), heap.end(), std::greater<>{});
-    if (update(li)) std::push_heap(heap.begin(), heap.end(), std::greater<>{});
-  }
+  // Stale unless the pair at `l` still has a candidate with this key (an
+  // equal key means an equal score: the order is the same).
+  merge_pairs(
+      s, update,
+      [&](const EncodeScratch::Symbol& l, uint64_t key) {
+        return l.cand != kNoToken && score_key(v.scores[l.cand]) == (key >> 32);
+      },
+      [](const EncodeScratch::Symbol& l) { return l.cand; });
 
   for (int32_t i = 0; i != -1; i = sym[i].next) {
     const auto& x = sym[i];

@@ -2,8 +2,10 @@
 // algorithms that work on them. Not part of the public API.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -103,6 +105,37 @@ struct EncodeScratch {
   std::string mapped;   // a word in the byte-level alphabet
   std::vector<ByteRange> words;
 };
+
+// The merge loop both tokenizers share, over s.symbols (one chain from
+// index 0): every adjacent pair is offered (update(l) sets symbol l's
+// candidate and pushes its heap key; true if there is one), then the best
+// pair is joined until none is left. A popped key is stale unless
+// current(l, key) says the pair at l still has that candidate; a join gives
+// the left symbol the id joined_id(l) and offers its two new pairs.
+template <class Update, class Current, class JoinedId>
+void merge_pairs(EncodeScratch& s, Update update, Current current, JoinedId joined_id) {
+  auto& sym = s.symbols;
+  auto& heap = s.heap;
+  heap.clear();
+  for (int32_t i = 0; i < static_cast<int32_t>(sym.size()); ++i) update(i);
+  std::make_heap(heap.begin(), heap.end(), std::greater<>{});  // O(n), not n pushes
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
+    const uint64_t key = heap.back();
+    heap.pop_back();
+    const auto li = static_cast<int32_t>(key & 0xFFFFFFFFu);
+    auto& l = sym[li];
+    if (l.len == 0 || !current(l, key)) continue;
+    auto& r = sym[l.next];
+    l.len += r.len;
+    l.id = joined_id(l);
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = li;
+    if (update(l.prev)) std::push_heap(heap.begin(), heap.end(), std::greater<>{});
+    if (update(li)) std::push_heap(heap.begin(), heap.end(), std::greater<>{});
+  }
+}
 
 // SentencePiece-style merging of `text` (spaces already U+2581) into ids.
 void spm_encode(const Tokenizer::Impl& v, std::string_view text, EncodeScratch& s, std::vector<int32_t>& out);
