@@ -606,7 +606,7 @@ void Server::Impl::routes() {
       return reply_error(res, {400, "invalid_request_error", "invalid_messages", text.message(), "messages"});
     json_reply(res, {{"prompt", *text}});
   });
-  http.Post("/tokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
+  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     const TextPermit permit(text_budget, req.body.size(), adm.options().default_class, kTextWait);
     if (!permit.ok()) return reply_busy_preparing(res);
     json j = json::parse(req.body, nullptr, false);
