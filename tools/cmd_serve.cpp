@@ -5,8 +5,6 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#if defined(__GLIBC__)
-#endif
 
 #include <cstdlib>
 #include <filesystem>

@@ -129,6 +129,8 @@ SystemMemory read_system_memory(const std::string& root) {
 
 uint64_t current_rss_bytes() { return status_field("VmRSS:"); }
 
+uint64_t peak_rss_bytes() { return status_field("VmHWM:"); }
+
 void limit_malloc_arenas() {
 #if defined(__GLIBC__)
   // glibc gives each thread that allocates under contention an arena of its
@@ -141,6 +143,5 @@ void limit_malloc_arenas() {
   if (getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
 #endif
 }
-uint64_t peak_rss_bytes() { return status_field("VmHWM:"); }
 
 }  // namespace edgelm
