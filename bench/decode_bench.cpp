@@ -168,6 +168,37 @@ void gemv_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(bm_gemv_i16)->Apply(gemv_args)->Unit(benchmark::kMillisecond);
 
+// The decode gemm's own ceiling on one core: one activation row against a
+// matrix of 256 x n (Q8_0 at n = 1536: 408 KiB) that stays in L2 from one
+// pass to the next, so the bytes come as fast as the core asks for them.
+// Its bytes_per_second beside a read probe's per-thread share says whether
+// a decode at two threads can be held back by the kernel rather than by
+// memory (each thread must take half of the probe's rate).
+//
+//   build/edgelm_kernel_bench --benchmark_filter=gemv_i16_warm
+void bm_gemv_i16_warm(benchmark::State& st) {
+  const DType t = static_cast<DType>(st.range(0));
+  const kernels::Isa isa = static_cast<kernels::Isa>(st.range(1));
+  const int64_t n = st.range(2), rows = 256;
+  const GemvInputs in = gemv_inputs(t, isa, n, rows, 1, 1);
+  std::vector<float> y(static_cast<size_t>(rows));
+  const kernels::GemmArgs a{t,           in.packed.data(),
+                            in.rb,       n,
+                            in.x.data(), in.xs,
+                            1,           y.data(),
+                            rows,        kernels::Layout::Interleave16};
+  for (auto _ : st) {
+    kernels::gemm(isa, a, 0, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(in.pb));
+}
+BENCHMARK(bm_gemv_i16_warm)->Apply([](benchmark::internal::Benchmark* b) {
+  each_interleaved([b](int t, int isa) {
+    for (int64_t n : {1536, 8960}) b->Args({t, isa, n});
+  });
+});
+
 // The same gemms, and the down projection's shape (1536 x 8960), on a pool
 // of two threads, rows handed out in units of 32 as a decode step hands
 // them out (Forward::matmuls, ThreadPool::run_guided): how the formats'
