@@ -116,11 +116,22 @@ void each_interleaved(Fn&& fn) {
 // `mats` packed copies of one rows x n matrix of type t, and n_x activation
 // rows of n, quantized for isa.
 struct GemvInputs {
+  DType t = DType::F32;
+  int64_t n = 0, rows = 0;
   size_t rb = 0, pb = 0, xs = 0;  // bytes of a row, a packed matrix, an activation row
   std::vector<uint8_t> packed, x;
+
+  // The gemm of packed copy m against the first n_tok activation rows, into y.
+  kernels::GemmArgs args(int m, int n_tok, float* y) const {
+    return {t,    packed.data() + m * pb,       rb, n, x.data(), xs, n_tok, y,
+            rows, kernels::Layout::Interleave16};
+  }
 };
 GemvInputs gemv_inputs(DType t, kernels::Isa isa, int64_t n, int64_t rows, int mats, int n_x) {
   GemvInputs in;
+  in.t = t;
+  in.n = n;
+  in.rows = rows;
   in.rb = row_bytes(t, n);
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -147,19 +158,12 @@ void bm_gemv_i16(benchmark::State& st) {
   const int mats = 8;
   const kernels::Isa isa = static_cast<kernels::Isa>(st.range(2));
   const GemvInputs in = gemv_inputs(t, isa, n, rows, mats, 2);
-  const size_t rb = in.rb, pb = in.pb, xs = in.xs;
-  const std::vector<uint8_t>& packed = in.packed;
-  const std::vector<uint8_t>& x = in.x;
   std::vector<float> y(static_cast<size_t>(rows * 2));
   for (auto _ : st) {
-    for (int m = 0; m < mats; ++m) {
-      kernels::GemmArgs a{t, packed.data() + m * pb, rb, n, x.data(), xs, n_tok, y.data(), rows,
-                          kernels::Layout::Interleave16};
-      kernels::gemm(isa, a, 0, rows);
-    }
+    for (int m = 0; m < mats; ++m) kernels::gemm(isa, in.args(m, n_tok, y.data()), 0, rows);
     benchmark::DoNotOptimize(y.data());
   }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(pb * mats));
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(in.pb * mats));
 }
 void gemv_args(benchmark::internal::Benchmark* b) {
   each_interleaved([b](int t, int isa) {
@@ -182,11 +186,7 @@ void bm_gemv_i16_warm(benchmark::State& st) {
   const int64_t n = st.range(2), rows = 256;
   const GemvInputs in = gemv_inputs(t, isa, n, rows, 1, 1);
   std::vector<float> y(static_cast<size_t>(rows));
-  const kernels::GemmArgs a{t,           in.packed.data(),
-                            in.rb,       n,
-                            in.x.data(), in.xs,
-                            1,           y.data(),
-                            rows,        kernels::Layout::Interleave16};
+  const kernels::GemmArgs a = in.args(0, 1, y.data());
   for (auto _ : st) {
     kernels::gemm(isa, a, 0, rows);
     benchmark::DoNotOptimize(y.data());
@@ -210,22 +210,17 @@ void bm_gemv_i16_pool(benchmark::State& st) {
   const int64_t n = st.range(3), rows = n == 1536 ? 8960 : 1536;
   const int mats = 8;
   const GemvInputs in = gemv_inputs(t, isa, n, rows, mats, 1);
-  const size_t rb = in.rb, pb = in.pb, xs = in.xs;
-  const std::vector<uint8_t>& packed = in.packed;
-  const std::vector<uint8_t>& x = in.x;
   std::vector<float> y(static_cast<size_t>(rows));
   ThreadPool pool(n_threads);
   for (auto _ : st) {
     for (int m = 0; m < mats; ++m) {
-      const kernels::GemmArgs a{
-          t,    packed.data() + m * pb,       rb, n, x.data(), xs, 1, y.data(),
-          rows, kernels::Layout::Interleave16};
+      const kernels::GemmArgs a = in.args(m, 1, y.data());
       pool.run_guided(
           rows / 32, [&](int64_t u0, int64_t u1, int) { kernels::gemm(isa, a, u0 * 32, u1 * 32); });
     }
     benchmark::DoNotOptimize(y.data());
   }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(pb * mats));
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(in.pb * mats));
 }
 void gemv_pool_args(benchmark::internal::Benchmark* b) {
   each_interleaved([b](int t, int isa) {
