@@ -45,16 +45,26 @@ using RopeFn = void (*)(float* x, int n_heads, int head_dim, const float* table,
 // hint, spread over the work: measured faster than one burst a block
 // (model/attention.cpp).
 //
+// Into L2, not L1: a block ahead is 16 KiB of keys or values (64 positions
+// of a 128-wide F16 head) beside the 16 KiB the kernel is reading, and an
+// L1 of 32 KiB (Zen 4, Intel's E-cores, Cortex-A55) cannot hold both: the
+// request into L1 evicted the rows still being read. Measured on a Zen 4
+// (build/edgelm_kernel_bench --benchmark_filter='attend_decode/2048/./8',
+// medians of 3, five alternated rounds, ranges over the rounds): one thread
+// 4.83 ms (4.54-5.65) against 6.41 (6.23-6.88) into L1, two threads 3.13
+// (2.56-4.20) against 4.31 (3.60-4.41). The NEON request is the same level,
+// not measured on an ARM core.
+//
 // The request is an asm statement, not __builtin_prefetch: GCC 12 counts a
 // loop of __builtin_prefetch under a condition as free of side effects and
 // deletes it (seen here: not one prefetch was left of this loop).
 inline void request_line(const void* p) {
 #if defined(__x86_64__)
-  asm volatile("prefetcht0 (%0)" : : "r"(p));
+  asm volatile("prefetcht1 (%0)" : : "r"(p));
 #elif defined(__aarch64__)
-  asm volatile("prfm pldl1keep, [%0]" : : "r"(p));
+  asm volatile("prfm pldl2keep, [%0]" : : "r"(p));
 #else
-  __builtin_prefetch(p, 0, 3);
+  __builtin_prefetch(p, 0, 2);
 #endif
 }
 

@@ -144,7 +144,9 @@ void attend_tiles(const AttnShape& sh, const KvView& kv, int layer, std::span<co
       // beside each row they read; the other types here, in one burst.
       // Measured on AVX-512 (bench/decode_bench.cpp, attend_decode/2048/*/8,
       // medians of 7 alternated runs), spread against the burst: one thread
-      // 3.8 against 6.5 ms, two 2.9 against 3.4 ms.
+      // 3.8 against 6.5 ms, two 2.9 against 3.4 ms. Requested into L2
+      // (kernels/backend.h's request_line says why); on a Zen 4, two blocks
+      // ahead instead of one measured no different, three slower.
       const int n_next = p0 + B <= last ? std::min(p0 + 2 * B, last + 1) - p0 - B : 0;
       if (in_place) {
         const auto* kn =
