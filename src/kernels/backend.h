@@ -50,10 +50,10 @@ using RopeFn = void (*)(float* x, int n_heads, int head_dim, const float* table,
 // L1 of 32 KiB (Zen 4, Intel's E-cores, Cortex-A55) cannot hold both: the
 // request into L1 evicted the rows still being read. Measured on a Zen 4
 // (build/edgelm_kernel_bench --benchmark_filter='attend_decode/2048/./8',
-// medians of 3, five alternated rounds, ranges over the rounds): one thread
-// 4.83 ms (4.54-5.65) against 6.41 (6.23-6.88) into L1, two threads 3.13
-// (2.56-4.20) against 4.31 (3.60-4.41). The NEON request is the same level,
-// not measured on an ARM core.
+// medians of 3, five alternated rounds, the rounds' median and range; load
+// 0.47 before): one thread 4.68 ms (4.61-4.94) against 6.10 (6.06-6.39)
+// into L1, two threads 2.62 (2.54-2.81) against 3.46 (3.29-3.52). The NEON
+// request is the same level, not measured on an ARM core.
 //
 // The request is an asm statement, not __builtin_prefetch: GCC 12 counts a
 // loop of __builtin_prefetch under a condition as free of side effects and
