@@ -65,7 +65,7 @@ void bm_attend_decode(benchmark::State& st) {
   std::vector<float> splits(attn_split_floats(sh, n_threads));
   std::vector<int32_t> runs(2);
   AttnScratch sc{threads.data(), attn_tile_thread_floats(sh), splits.data(), runs.data()};
-  const kernels::Isa isa = kernels::best_isa();
+  const auto isa = static_cast<kernels::Isa>(st.range(3));
   int slot = 0;
   for (auto _ : st) {
     const BatchToken bt{0, depth - 1, slot, true};
@@ -76,11 +76,25 @@ void bm_attend_decode(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(slot_bytes));
 }
 
-// Arguments: depth, threads, slots. One thread: CPU time; two: real time,
-// as a decode step spreads a layer's two KV heads over the pool. One slot
-// leaves the cache in L3 between iterations where L3 is large; eight do not.
-BENCHMARK(bm_attend_decode)->Args({512, 1, 1})->Args({2048, 1, 1})->Args({2048, 1, 8})->Unit(benchmark::kMillisecond);
-BENCHMARK(bm_attend_decode)->Args({2048, 2, 1})->Args({2048, 2, 8})->UseRealTime()->Unit(benchmark::kMillisecond);
+// Arguments: depth, threads, slots, ISA (kernels::Isa: each SIMD one this
+// CPU runs, so an AVX-512 machine also shows what its AVX2 tiles do, as an
+// AVX2-only CPU would run them). One thread: CPU time; two: real time, as a
+// decode step spreads a layer's two KV heads over the pool. One slot leaves
+// the cache in L3 between iterations where L3 is large; eight do not.
+template <int kThreads>
+void attend_args(benchmark::internal::Benchmark* b) {
+  for (kernels::Isa isa : kernels::supported_isas()) {
+    if (isa == kernels::Isa::Scalar) continue;
+    const int i = static_cast<int>(isa);
+    if constexpr (kThreads == 1) {
+      b->Args({512, 1, 1, i})->Args({2048, 1, 1, i})->Args({2048, 1, 8, i});
+    } else {
+      b->Args({2048, kThreads, 1, i})->Args({2048, kThreads, 8, i});
+    }
+  }
+}
+BENCHMARK(bm_attend_decode)->Apply(attend_args<1>)->Unit(benchmark::kMillisecond);
+BENCHMARK(bm_attend_decode)->Apply(attend_args<2>)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace edgelm
