@@ -76,11 +76,24 @@ struct VecTiles {
     // Where S has a sum4 (AVX2's: the same bits as four S::sum, in fewer
     // instructions), the NR x NK sums four at a time in row-major order;
     // else (NEON, whose sum is two instructions) one at a time.
+    // Where S also has a sum8 (AVX2's, the same bits again), eight at a
+    // time first.
     constexpr bool kSum4 = requires(V v, float* o) { S::sum4(v, v, v, v, o); };
+    constexpr bool kSum8 = requires(const V(&a)[8], float* o) {
+      S::sum8(a, o);
+    };
     float r[NR * NK];
     if constexpr (kSum4) {
+      constexpr int N8 = kSum8 ? NR * NK / 8 * 8 : 0;
       constexpr int N4 = NR * NK / 4 * 4;
-      EDGELM_UNROLL for (int u = 0; u < N4; u += 4) {
+      EDGELM_UNROLL for (int u = 0; u < N8; u += 8) {
+        if constexpr (kSum8) {
+          V a8[8];
+          EDGELM_UNROLL for (int e = 0; e < 8; ++e) a8[e] = acc[(u + e) / NK][(u + e) % NK];
+          S::sum8(a8, r + u);
+        }
+      }
+      EDGELM_UNROLL for (int u = N8; u < N4; u += 4) {
         S::sum4(acc[u / NK][u % NK], acc[(u + 1) / NK][(u + 1) % NK], acc[(u + 2) / NK][(u + 2) % NK],
                 acc[(u + 3) / NK][(u + 3) % NK], r + u);
       }

@@ -91,6 +91,23 @@ struct F32x8 {
     };
     _mm_storeu_ps(out, _mm_hadd_ps(pairs(a1, b1), pairs(c1, d1)));
   }
+  // out[0..8) = sum(v[0]) .. sum(v[7]), the same bits as sum4's: pairs of
+  // vectors' halves added with one 256-bit add (vperm2f128 puts a's two
+  // halves beside b's), then sum4's pairs and hadd, in 256-bit lanes,
+  // which leave the sums in the order a c e g b d f h; one vpermps puts them
+  // back. 20 instructions for 8 sums against sum4's 15 for 4.
+  static void sum8(const V (&v)[8], float* out) {
+    auto halves = [](V a, V b) {
+      return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    };
+    auto pairs = [](V x, V y) {
+      return _mm256_add_ps(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm256_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+    };
+    const V r = _mm256_hadd_ps(pairs(halves(v[0], v[1]), halves(v[2], v[3])),
+                               pairs(halves(v[4], v[5]), halves(v[6], v[7])));
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static float max_lane(V v) { return hmax(v); }
   // p * 2^n for integral n in [-126, 127], built in the exponent bits.
