@@ -49,7 +49,7 @@ using RopeFn = void (*)(float* x, int n_heads, int head_dim, const float* table,
 // of a 128-wide F16 head) beside the 16 KiB the kernel is reading, and an
 // L1 of 32 KiB (Zen 4, Intel's E-cores, Cortex-A55) cannot hold both: the
 // request into L1 evicted the rows still being read. Measured on a Zen 4
-// (build/edgelm_kernel_bench --benchmark_filter='attend_decode/2048/./8',
+// (build/edgelm_kernel_bench --benchmark_filter='attend_decode/2048/./8/2',
 // medians of 3, five alternated rounds, the rounds' median and range; load
 // 0.47 before): one thread 4.68 ms (4.61-4.94) against 6.10 (6.06-6.39)
 // into L1, two threads 2.62 (2.54-2.81) against 3.46 (3.29-3.52). The NEON
