@@ -766,15 +766,26 @@ bool Engine::step_once() {
   if (!logits.ok()) {
     spdlog::error("forward step failed: {}", logits.message());
     // Every slot with a token in the failed step: a retry would fail again.
+    // Once each, by position in the batch (a slot's tokens are contiguous
+    // in it), not by its finish flag: once finished, its client may release
+    // the slot and another request take it (finish back to None) before
+    // this loop reaches the slot's next token, which must not end the new
+    // request.
+    int last = -1;
     for (const BatchToken& b : batch_) {
-      Slot& s = slots_[static_cast<size_t>(b.slot)];
-      if (s.finish.load() == 0) finish_slot(s, Finish::Error);
+      if (b.slot == last) continue;
+      last = b.slot;
+      finish_slot(slots_[static_cast<size_t>(b.slot)], Finish::Error);
     }
     return true;
   }
   opts_.pad_step(t0, static_cast<int>(batch_.size()));
   // Advance the caches.
-  for (const BatchToken& b : batch_) slots_[static_cast<size_t>(b.slot)].n_past.store(b.pos + 1, std::memory_order_relaxed);
+  // Release: a reader that sees the new n_past also sees in_step's 0 above
+  // (prefill_remaining loads n_past first), so a chunk is never subtracted
+  // twice.
+  for (const BatchToken& b : batch_)
+    slots_[static_cast<size_t>(b.slot)].n_past.store(b.pos + 1, std::memory_order_release);
 
   const int n_vocab = model_->config.n_vocab;
   // Draws row r's token with `sampler` (the slot's own generator: the same

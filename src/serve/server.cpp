@@ -824,7 +824,13 @@ void Server::run() {
   impl_->run_state.store(1);
   if (!impl_->stop_asked.load()) impl_->http.listen_after_bind();
   impl_->run_state.store(2);
-  impl_->stopping.store(true);
+  {
+    // Under the monitor's lock: else the store and the notify could both
+    // fall between its check of `stopping` and its wait (a lost wake-up,
+    // up to its 250 ms timeout late).
+    std::lock_guard<std::mutex> lk(impl_->stop_mu);
+    impl_->stopping.store(true);
+  }
   impl_->text_budget.stop();
   impl_->stop_cv.notify_all();
   if (impl_->monitor.joinable()) impl_->monitor.join();
