@@ -761,6 +761,7 @@ bool Engine::step_once() {
   step_end_.store((t0 + clock_span(m.predict(static_cast<int>(batch_.size())))).time_since_epoch().count(),
                   std::memory_order_relaxed);
   auto logits = forward_->step(batch_);
+  if (opts_.fail_step && opts_.fail_step()) logits = Error{"failed by the fail_step testing aid"};
   step_end_.store(0, std::memory_order_relaxed);
   for (int i : prefill_order_) slots_[static_cast<size_t>(i)].in_step.store(0);
   if (!logits.ok()) {
@@ -776,6 +777,7 @@ bool Engine::step_once() {
       if (b.slot == last) continue;
       last = b.slot;
       finish_slot(slots_[static_cast<size_t>(b.slot)], Finish::Error);
+      if (opts_.after_error_finish) opts_.after_error_finish(b.slot);
     }
     return true;
   }

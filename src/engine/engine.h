@@ -123,6 +123,13 @@ struct EngineOptions {
   double min_step_seconds = 0;
   double min_token_seconds = 0;
   void pad_step(std::chrono::steady_clock::time_point t0, int tokens) const;
+  // Testing aids for a failed step (the forward pass refusing its batch,
+  // which the engine's own checks make unreachable today): fail_step, when
+  // set, is asked after each forward step and fails it by returning true;
+  // after_error_finish, when set, is called on the engine thread right
+  // after each slot of a failed step is finished.
+  std::function<bool()> fail_step;
+  std::function<void(int slot)> after_error_finish;
 };
 
 // Per-step timing fit t(step) = a + b * tokens (seconds), from the steps the

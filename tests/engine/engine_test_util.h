@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,11 +26,15 @@ inline std::string synth_model(const std::string& shape, const std::string& ftyp
 }
 
 // `pinned`: a prefix pinned before the engine starts; `start`: false leaves
-// the engine thread unstarted (requests queue and wait).
-inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, int ctx, int threads = 2,
-                                           DType kv = DType::F16, int step_tokens = 64,
-                                           AttnMath attn_math = AttnMath::F32, double min_step_seconds = 0,
-                                           const std::vector<int32_t>& pinned = {}, bool start = true) {
+// the engine thread unstarted (requests queue and wait); `tune` may change
+// any engine option last.
+inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, int ctx,
+                                           int threads = 2, DType kv = DType::F16,
+                                           int step_tokens = 64, AttnMath attn_math = AttnMath::F32,
+                                           double min_step_seconds = 0,
+                                           const std::vector<int32_t>& pinned = {},
+                                           bool start = true,
+                                           const std::function<void(EngineOptions&)>& tune = {}) {
   auto m = Model::load(path);
   EXPECT_TRUE(m.ok()) << m.message();
   if (!m.ok()) return nullptr;
@@ -53,6 +58,7 @@ inline std::unique_ptr<Engine> make_engine(const std::string& path, int slots, i
     for (kernels::Isa i : kernels::supported_isas())
       if (kernels::isa_name(i) == isa) eo.isa = i;
   }
+  if (tune) tune(eo);
   auto e = Engine::create(std::move(m).value(), std::move(tok).value(), *plan, eo);
   EXPECT_TRUE(e.ok()) << e.message();
   if (!e.ok()) return nullptr;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <memory>
 #include <thread>
 
@@ -59,6 +60,53 @@ TEST(EngineRelease, AQueuedCopyReleasedBeforeStartFreesItsSource) {
   EXPECT_EQ(generate(*e, {1, 4}, greedy(3)).size(), 3u);
   EXPECT_EQ(generate(*e, {1, 4}, greedy(3)).size(), 3u);
   EXPECT_EQ(e->active_slots(), 0);
+}
+
+// A failed step ends each request in it once. Between the end of a prompt's
+// request and the loop's next token, that request's client may release the
+// slot and the next request take it (the testing aid holds the engine
+// there while this test does both): the new request must run to its own
+// end, not be ended by the failed step's next token of the same slot.
+TEST(EngineRelease, AFailedStepEndsOnlyTheRequestsThatWereInIt) {
+  std::atomic<bool> fail_next{false};
+  std::atomic<int> error_finishes{0};
+  std::promise<void> reached, reused;
+  std::shared_future<void> reused_done = reused.get_future().share();
+  auto e = make_engine(synth_model("tiny-qwen2", "Q4_0"), 1, 128, 1, DType::F16, 64, AttnMath::F32,
+                       0, {}, true, [&](EngineOptions& o) {
+                         o.fail_step = [&] { return fail_next.exchange(false); };
+                         o.after_error_finish = [&](int) {
+                           if (error_finishes.fetch_add(1) != 0) return;
+                           reached.set_value();
+                           // A bounded wait: a broken test must not hang the engine.
+                           reused_done.wait_for(std::chrono::seconds(10));
+                         };
+                       });
+  ASSERT_TRUE(e);
+  // A prompt of eight tokens: one prefill chunk, eight tokens of slot 0 in
+  // the step that fails.
+  const std::vector<int32_t> prompt = {1, 5, 6, 7, 8, 9, 10, 11};
+  const SlotRef first = e->try_acquire(0);
+  ASSERT_TRUE(first.ok());
+  fail_next = true;
+  ASSERT_TRUE(e->submit(first, prompt, greedy(3)).ok());
+  ASSERT_EQ(reached.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(e->finish(0), Finish::Error);
+  // The engine is still in the failed step's loop: its client lets the slot
+  // go and the next request takes it.
+  e->release(first);
+  const SlotRef second = e->try_acquire(0);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(e->submit(second, prompt, greedy(3)).ok());
+  reused.set_value();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int n = 0; e->finish(0) == Finish::None && std::chrono::steady_clock::now() < deadline;)
+    n = e->wait_for(0, n, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+  EXPECT_EQ(e->finish(0), Finish::Length)
+      << "the failed step ended the request that took its slot after it";
+  EXPECT_EQ(e->wait_for(0, 0, std::chrono::steady_clock::now()), 3);
+  EXPECT_EQ(error_finishes.load(), 1);
+  e->release(second);
 }
 
 // After stop(): a request that was running ends Cancelled and its slot Free
