@@ -23,6 +23,12 @@ struct Session {
       : deps(d), spec(std::move(sp)), ref(r), stop(spec.stops) {
     if (spec.output) out.emplace(*spec.output);
   }
+  // The last holder of the session (the response's provider and releaser,
+  // or stream_response itself when it leaves by an exception) gives the
+  // slot back if nothing did.
+  ~Session() { release_slot(); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   StreamDeps deps;
   StreamSpec spec;
@@ -93,7 +99,14 @@ bool ended_normally(Finish f) { return f == Finish::Stop || f == Finish::Length 
 }  // namespace
 
 void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec spec, SlotRef ref) {
-  auto s = std::make_shared<Session>(deps, std::move(spec), ref);
+  std::shared_ptr<Session> s;
+  try {
+    s = std::make_shared<Session>(deps, std::move(spec), ref);
+  } catch (...) {
+    // No session to own the slot (a failed allocation): give it back here.
+    deps.admission.release(ref);
+    throw;
+  }
   const bool streaming = s->spec.stream;
   res.set_header("Cache-Control", "no-cache");
   if (s->spec.dropped > 0) res.set_header("X-Edgelm-Prompt-Tokens-Dropped", std::to_string(s->spec.dropped));

@@ -53,7 +53,9 @@ struct StreamDeps {
 
 // Sets `res` to stream the request running in `ref`. From here the slot
 // belongs to the response: it is released (and handed to the next waiter)
-// when the last token has been read, or when the client goes away.
+// when the last token has been read, or when the client goes away, or
+// when this call or the response ends by an exception (a failed
+// allocation) or is dropped unsent.
 //
 // How an answer ends:
 //   stop / length          last chunk with that finish_reason, then [DONE]
