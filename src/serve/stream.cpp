@@ -62,6 +62,10 @@ struct Session {
     deps.metrics.prompt_tokens_reused.fetch_add(static_cast<uint64_t>(cached));
   }
 
+  // The answer broke off by an exception inside it (a failed allocation):
+  // a server error, not the client's going.
+  bool broke = false;
+
   bool released = false;
   // Gives the slot back (cancelling it if it still runs) and hands it on; once.
   void release_slot() {
@@ -71,6 +75,7 @@ struct Session {
   }
   // How this request ended, for logs and metrics.
   std::string_view end() const {
+    if (broke) return "error";
     if (disconnected || !finished) return "disconnected";
     if (stopped_by_string) return "stop";
     return finish_name(fin);
@@ -311,7 +316,21 @@ void stream_response(httplib::Response& res, const StreamDeps& deps, StreamSpec 
       return;
     }
   }
-  auto provider = [s, run](size_t, httplib::DataSink& sink) { return run(sink, Clock::time_point::max()); };
+  // An exception must not leave the provider: the connection's worker
+  // would end the whole process with it. The stream ends there instead
+  // (the connection is closed), counted as a server error.
+  auto provider = [s, run](size_t, httplib::DataSink& sink) {
+    try {
+      return run(sink, Clock::time_point::max());
+    } catch (const std::exception& ex) {
+      spdlog::error("req={} the answer broke off: {}", s->spec.id, ex.what());
+    } catch (...) {
+      spdlog::error("req={} the answer broke off", s->spec.id);
+    }
+    s->broke = true;
+    s->release_slot();  // cancels the request if it still runs
+    return false;
+  };
   const char* type = streaming ? "text/event-stream" : "application/json";
   if (s->spec.close_delimited)
     res.set_content_provider(type, provider, [releaser](bool) { releaser(true); });

@@ -6,6 +6,8 @@
 #include <httplib.h>
 
 #include <new>
+#include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "alloc_counter.h"
@@ -88,6 +90,59 @@ TEST(StreamResponse, GivesTheSlotBackWhenAnAllocationFails) {
   // that went through.
   EXPECT_GE(threw, 3);
   EXPECT_LT(threw, 1000);
+}
+
+// An exception inside the stream (here from the connection's writer)
+// does not leave the provider, where it would end the process: the stream
+// ends, the slot comes back, and the end is counted as a server error.
+TEST(StreamResponse, AnExceptionInsideTheStreamEndsOnlyThatStream) {
+  auto e = test::make_engine(test::synth_model("tiny-llama", "Q8_0"), 1, 128, 1);
+  ASSERT_TRUE(e);
+  AdmissionOptions o;
+  o.min_stream_rate = 0;
+  o.max_slowdown = 0;
+  o.max_ttft_slowdown = 0;
+  Admission adm(*e, o);
+  Metrics metrics;
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  Ask ask;
+  ask.prompt = prompt;
+  ask.max_tokens = 8;
+  ask.reuse = false;
+  SlotRef ref;
+  ASSERT_TRUE(adm.admit(ask, ref).ok());
+  GenerateParams p = test::greedy(8);
+  p.ignore_eos = true;
+  ASSERT_TRUE(e->submit(ref, prompt, p).ok());
+  StreamSpec sp;
+  sp.id = "chatcmpl-test";
+  sp.chat = true;
+  sp.stream = true;
+  sp.n_prompt = static_cast<int>(prompt.size());
+  sp.t0 = sp.t_admitted = Clock::now();
+  {
+    httplib::Response res;
+    stream_response(res, StreamDeps{*e, adm, metrics, 500}, std::move(sp), ref);
+    ASSERT_TRUE(res.content_provider_);
+    int writes = 0;
+    httplib::DataSink sink;
+    sink.write = [&](const char*, size_t) -> bool {
+      if (++writes == 2) throw std::runtime_error("the writer failed");
+      return true;
+    };
+    sink.done = [] {};
+    sink.is_writable = [] { return true; };
+    bool more = true;
+    EXPECT_NO_THROW(more = res.content_provider_(0, 0, sink));
+    EXPECT_FALSE(more) << "the provider must end the stream";
+    EXPECT_EQ(writes, 2);
+    EXPECT_TRUE(freed(*e, ref.slot)) << "the provider gives the slot back when it breaks off";
+  }
+  static_assert(Metrics::kStatuses[7] == 500);
+  static_assert(std::string_view(Metrics::kEnds[3]) == "error");
+  EXPECT_EQ(metrics.by_status[7].load(), 1u) << "counted as 500";
+  EXPECT_EQ(metrics.ends[3].load(), 1u) << "counted as ended by an error";
+  EXPECT_EQ(metrics.client_disconnects.load(), 0u);
 }
 
 }  // namespace
