@@ -12,20 +12,29 @@
 # REPS times), with the spread (min..max) beside it, and ratios of medians.
 # edgelm's decode at depth against its decode from an empty context is the
 # median of pairs run alternately (edgelm bench --with-depth-0).
+#
+# A shared host's memory speed moves in phases of seconds to minutes (on a
+# KVM guest: single-stream decode of one binary at 40 or at 55 tokens/s,
+# minute to minute), and the blocks above run each side for minutes
+# apart, so a ratio of their medians can be one side's phase. So decode is
+# also measured in PAIRS (5): one repetition of each side back to back,
+# the order swapped every pair (edgelm from an 8-token prompt, llama-bench
+# from an empty context), and the ratio is the median of the pairs'
+# ratios.
 # The load average is printed before and after each model; QUIET=1 first waits
 # (up to 10 minutes) for a 1-minute load average under 0.5.
 #
 # llama.cpp is not part of edgelm: build it yourself (outside this repo) and
 # point LLAMA_BIN at its bin/ folder. Its errors are shown, never discarded.
 # Env: THREADS (2), PROMPT (128), GEN (64), DEPTH (2048; 0 skips the depth
-# rows), STREAMS (1,2,4,8), REPS (5), OUT (build/bench), QUIET (0),
+# rows), STREAMS (1,2,4,8), REPS (5), PAIRS (5; 0 skips), OUT (build/bench), QUIET (0),
 # EDGELM_ARGS (extra flags for edgelm bench, e.g. "--isa avx2" beside a
 # llama.cpp built without AVX-512).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA_BIN="${LLAMA_BIN:?set LLAMA_BIN to the bin folder of a llama.cpp build}"
 THREADS="${THREADS:-2}"; PROMPT="${PROMPT:-128}"; GEN="${GEN:-64}"; DEPTH="${DEPTH:-2048}"
-STREAMS="${STREAMS:-1,2,4,8}"; REPS="${REPS:-5}"; OUT="${OUT:-build/bench}"; QUIET="${QUIET:-0}"
+STREAMS="${STREAMS:-1,2,4,8}"; REPS="${REPS:-5}"; PAIRS="${PAIRS:-5}"; OUT="${OUT:-build/bench}"; QUIET="${QUIET:-0}"
 EDGELM="${EDGELM:-./build/edgelm}"
 mkdir -p "$OUT"
 [[ $# -ge 1 ]] || { echo "usage: $0 MODEL.gguf [...]" >&2; exit 1; }
@@ -72,6 +81,23 @@ for model in "$@"; do
     run_llama "$OUT/$name.llama-batched.err" "$LLAMA_BIN/llama-batched-bench" -m "$model" -t "$THREADS" -c 8192 \
       -b 2048 -ub 512 -npp 16 -ntg "$GEN" -npl "$STREAMS" --output-format jsonl \
       | grep '^{' >> "$OUT/$name.llama-batched.jsonl"
+  done
+  # Decode in alternated pairs: lines "edgelm_tps llama_tps".
+  : > "$OUT/$name.pairs.txt"
+  for i in $(seq "$PAIRS"); do
+    pair_e() {
+      "$EDGELM" bench -m "$model" --threads "$THREADS" -p 8 -n "$GEN" --streams 1 -r 1 --json ${EDGELM_ARGS:-} \
+        > "$OUT/$name.pair-edgelm.json"
+    }
+    pair_l() {
+      run_llama "$OUT/$name.llama-bench.err" "$LLAMA_BIN/llama-bench" -m "$model" -t "$THREADS" -p 0 -n "$GEN" \
+        -r 1 -o json > "$OUT/$name.pair-llama.json"
+    }
+    if (( i % 2 )); then pair_e; pair_l; else pair_l; pair_e; fi
+    python3 -c 'import json, sys
+e = json.load(open(sys.argv[1])); l = json.load(open(sys.argv[2]))
+print(e["decode_samples"][0], next(r["samples_ts"][0] for r in l if r["n_gen"] > 0))' \
+      "$OUT/$name.pair-edgelm.json" "$OUT/$name.pair-llama.json" >> "$OUT/$name.pairs.txt"
   done
   after=$(load1)
   echo "== $name ($THREADS threads, $REPS repetitions a side; load average $before before, $after after)" | tee -a "$summary"
@@ -124,6 +150,12 @@ with open(base + ".streams.dat", "w") as f:
 four = next((s["decode_tokens_per_s"] for s in e["streams"] if s["streams"] == 4), None)
 if four:
     print(f"  4 streams / own single stream: {four / single:.2f}x")
+pairs = [tuple(map(float, line.split())) for line in open(base + ".pairs.txt") if line.strip()]
+if pairs:
+    ratios = [a / b for a, b in pairs]
+    print(f"  decode in {len(pairs)} alternated pairs: edgelm {statistics.median(a for a, _ in pairs):.1f}, "
+          f"llama.cpp {statistics.median(b for _, b in pairs):.1f}; ratio of each pair {statistics.median(ratios):.2f} "
+          f"({min(ratios):.2f}..{max(ratios):.2f}), median")
 if "bandwidth_gb_per_s" in e:
     tg_theirs = bench_row(0, tg, 0)[0]
     print(f"  bandwidth {e['bandwidth_gb_per_s']:.1f} GB/s -> decode limit {e['decode_limit_tokens_per_s']:.1f} t/s; "
