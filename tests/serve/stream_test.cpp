@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string_view>
@@ -29,6 +30,48 @@ bool freed(const Engine& e, int slot) {
   return true;
 }
 
+// One slot behind a gate that sheds nothing, and the request in it.
+class StreamResponse : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    e = test::make_engine(test::synth_model("tiny-llama", "Q8_0"), 1, 128, 1);
+    ASSERT_TRUE(e);
+    AdmissionOptions o;
+    o.min_stream_rate = 0;
+    o.max_slowdown = 0;
+    o.max_ttft_slowdown = 0;
+    adm = std::make_unique<Admission>(*e, o);
+  }
+  // Admits a request for `p.max_tokens` after `prompt` and submits it: its
+  // slot, or a reference that is not ok().
+  SlotRef start(const GenerateParams& p) {
+    Ask ask;
+    ask.prompt = prompt;
+    ask.max_tokens = p.max_tokens;
+    ask.reuse = false;
+    SlotRef ref;
+    if (!adm->admit(ask, ref).ok() || !e->submit(ref, prompt, p).ok()) return {};
+    return ref;
+  }
+  // A streamed chat answer's spec.
+  StreamSpec spec() const {
+    StreamSpec sp;
+    sp.id = "chatcmpl-test";
+    sp.model = "tiny";
+    sp.chat = true;
+    sp.stream = true;
+    sp.n_prompt = static_cast<int>(prompt.size());
+    sp.t0 = sp.t_admitted = Clock::now();
+    return sp;
+  }
+  StreamDeps deps() { return StreamDeps{*e, *adm, metrics, 500}; }
+
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  std::unique_ptr<Engine> e;
+  std::unique_ptr<Admission> adm;
+  Metrics metrics;
+};
+
 // Every allocation of stream_response in turn fails (the n-th of the test
 // thread's, n = 0, 1, ... until the call goes through): the session's own,
 // the state it copies, the headers, the provider and releaser handed to the
@@ -41,41 +84,20 @@ bool freed(const Engine& e, int slot) {
 // injected there ends the process by the library's design, not ours. The
 // exceptions such a run can throw leave through the same session destructor
 // as the ones here.
-TEST(StreamResponse, GivesTheSlotBackWhenAnAllocationFails) {
-  auto e = test::make_engine(test::synth_model("tiny-llama", "Q8_0"), 1, 128, 1);
-  ASSERT_TRUE(e);
-  AdmissionOptions o;
-  o.min_stream_rate = 0;
-  o.max_slowdown = 0;
-  o.max_ttft_slowdown = 0;
-  Admission adm(*e, o);
-  Metrics metrics;
-  const std::vector<int32_t> prompt = {1, 2, 3};
+TEST_F(StreamResponse, GivesTheSlotBackWhenAnAllocationFails) {
   int threw = 0;
   for (int n = 0; n < 1000; ++n) {
-    Ask ask;
-    ask.prompt = prompt;
-    ask.max_tokens = 4;
-    ask.reuse = false;
-    SlotRef ref;
-    const Decision d = adm.admit(ask, ref);
-    ASSERT_TRUE(d.ok()) << "allocation " << n << ": " << reason_name(d.reason);
-    ASSERT_TRUE(e->submit(ref, prompt, test::greedy(4)).ok());
-    StreamSpec sp;
-    sp.id = "chatcmpl-test";
-    sp.model = "tiny";
-    sp.chat = true;
-    sp.stream = true;
-    sp.n_prompt = static_cast<int>(prompt.size());
+    const SlotRef ref = start(test::greedy(4));
+    ASSERT_TRUE(ref.ok()) << "allocation " << n;
+    StreamSpec sp = spec();
     sp.dropped = 1;  // one more header
     sp.stops = {"never-a-stop", "nor-this"};
-    sp.t0 = sp.t_admitted = Clock::now();
     bool failed = false;
     {
       httplib::Response res;
       test::fail_allocation(n);
       try {
-        stream_response(res, StreamDeps{*e, adm, metrics, 500}, std::move(sp), ref);
+        stream_response(res, deps(), std::move(sp), ref);
       } catch (const std::bad_alloc&) {
         failed = true;
       }
@@ -95,34 +117,14 @@ TEST(StreamResponse, GivesTheSlotBackWhenAnAllocationFails) {
 // An exception inside the stream (here from the connection's writer)
 // does not leave the provider, where it would end the process: the stream
 // ends, the slot comes back, and the end is counted as a server error.
-TEST(StreamResponse, AnExceptionInsideTheStreamEndsOnlyThatStream) {
-  auto e = test::make_engine(test::synth_model("tiny-llama", "Q8_0"), 1, 128, 1);
-  ASSERT_TRUE(e);
-  AdmissionOptions o;
-  o.min_stream_rate = 0;
-  o.max_slowdown = 0;
-  o.max_ttft_slowdown = 0;
-  Admission adm(*e, o);
-  Metrics metrics;
-  const std::vector<int32_t> prompt = {1, 2, 3};
-  Ask ask;
-  ask.prompt = prompt;
-  ask.max_tokens = 8;
-  ask.reuse = false;
-  SlotRef ref;
-  ASSERT_TRUE(adm.admit(ask, ref).ok());
+TEST_F(StreamResponse, AnExceptionInsideTheStreamEndsOnlyThatStream) {
   GenerateParams p = test::greedy(8);
   p.ignore_eos = true;
-  ASSERT_TRUE(e->submit(ref, prompt, p).ok());
-  StreamSpec sp;
-  sp.id = "chatcmpl-test";
-  sp.chat = true;
-  sp.stream = true;
-  sp.n_prompt = static_cast<int>(prompt.size());
-  sp.t0 = sp.t_admitted = Clock::now();
+  const SlotRef ref = start(p);
+  ASSERT_TRUE(ref.ok());
   {
     httplib::Response res;
-    stream_response(res, StreamDeps{*e, adm, metrics, 500}, std::move(sp), ref);
+    stream_response(res, deps(), spec(), ref);
     ASSERT_TRUE(res.content_provider_);
     int writes = 0;
     httplib::DataSink sink;
