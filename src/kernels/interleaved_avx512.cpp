@@ -25,35 +25,28 @@ void register_interleaved_kquants_avx512(Backend& be);
 
 namespace {
 
-// Blocks prefetched ahead in each group's stream (a block of a pair,
-// kStep: 9 KiB ahead for Q4_0 decode). Decode of Qwen2-1.5B Q4_0 at 2
-// threads, medians of 5: 4 blocks (two lines each) 19.2 tokens/s, 4 blocks
-// (every line) 21.5, 8 blocks 22.5, 12-16 the same within noise; that was
-// with two streams per thread (two groups per decode tile). Decode then
-// read one stream of one group, and 16 blocks kept the same bytes in
-// flight: Q8_0 decode gemm single-thread 7.1 ms per 62 MB at 16 against
-// 9.0-9.6 at 8. With the groups paired, 8 and 16 pairs ahead measured the
-// same within the noise (bm_decode_layers_pool). Tiles of several tokens
-// (prefill) keep 8.
-template <int T>
-constexpr int kPrefetch = T == 1 ? 16 : 8;
-
-// Decode (one token) requests its weights non-temporal. A group's weights
-// pass once through L1 (80 KB of Q4_0 per group of the MLP's down
-// projection, whose rows are 8960 long); requested into L1 as ordinary
-// lines, they likely push out the activation row (10.6 KB there), which
-// every group reads again: the down projection alone was the shape that
-// gained, and requesting into L2 only (T1) gained there too. The weights
-// of 28 Qwen2-1.5B layers in Q4_0 (bm_decode_layers_pool, four alternated
-// rounds, medians of 3, a busy machine): one thread 32.9-36.6 ms with T0,
-// 30.5-33.0 with NTA; two threads 17.7-17.9 and 17.0-17.4. End to end
-// (`edgelm bench --threads 2 -n 128`, six alternated pairs) the gain,
-// about 2%, is within the noise.
-// Tiles of several tokens read each block once per token and keep T0.
-// As __builtin_prefetch's locality (prefetch_lines, prefetch_from): 0 is
-// prefetchnta, 3 prefetcht0.
-template <int T>
-constexpr int kWeightLocality = T == 1 ? 0 : 3;
+// Prompt tiles request every 64 bytes of the block kPrefetch blocks ahead
+// of the one they read, as ordinary lines (T0): each block is read once
+// per token of the tile.
+//
+// Decode (one token) requests nothing: since its tile reads one stream (a
+// pair's blocks, whole lines, or one Q8_0 group's), the hardware's stream
+// prefetcher keeps ahead of it, and on this Zen 4 the requests cost more
+// than they gave.
+// 28 Qwen2-1.5B layers (bm_decode_layers_vs_read, the products' speed as a
+// share of a plain read of the same bytes just before; medians of 3,
+// rounds alternating the two builds, load 0.8-1.8, busy), without the
+// requests against 16 blocks ahead non-temporal: Q4_0 one thread
+// 0.96-0.97 against 0.74-0.88 (three rounds), two threads median 0.96
+// against 0.94 (six rounds, ahead in four); Q8_0 one thread 0.89-0.97
+// against 0.83-0.86, two threads 0.93-0.98 against 0.81-0.94 (four
+// rounds). 4, 8 and 32 blocks ahead were no better than 16. End to end
+// (`edgelm bench --threads 2 -p 8 -n 128 -r 1`, alternated pairs, busy),
+// the median of the pairs' ratios: Q4_0 1.03 (12 pairs), Q8_0 1.20 and
+// 1.24 (12 and 8). (Before the pairing, with two streams per thread, the
+// requests had gained 15%.) The K formats keep theirs
+// (interleaved_kquants_avx512.cpp says why).
+constexpr int kPrefetch = 8;
 
 inline float half(const uint16_t& h) { return _cvtsh_ss(h); }
 
@@ -132,19 +125,12 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
   for (int64_t b = 0; b < nb; ++b) {
     __m512 dw[G], mw[G];
     __m512i q[G][8];
-    const uint8_t* ahead = gp + static_cast<size_t>(b + kPrefetch<T>) * F::kStep;
-    if constexpr (T == 1) {
-      // Decode: the lines of the tile's blocks (a pair's: whole lines)
-      // kPrefetch<T> blocks ahead in the group's stream, each line once.
-      prefetch_lines<G * F::kBlock, kWeightLocality<T>>(ahead);
-    } else {
-      // Prompt tiles: every 64 bytes of the block kPrefetch<T> blocks ahead
-      // from its start, as before the pairing. One group's blocks are not
-      // one stream of lines: counting lines as above leaves out the line an
-      // odd group's block starts in. (bm_gemm_i16_prompt on a busy host
-      // could not tell the two forms apart beyond its noise.)
-      prefetch_from<F::kBlock, kWeightLocality<T>>(ahead);
-    }
+    // Prompt tiles: every 64 bytes of the block kPrefetch blocks ahead
+    // from its start. One group's blocks are not one stream of lines in
+    // the paired formats (its partner's block lies between two of its own),
+    // so the line a block starts mid-way in is requested with it.
+    if constexpr (T > 1)
+      prefetch_from<F::kBlock, 3>(gp + static_cast<size_t>(b + kPrefetch) * F::kStep);
     for (int g = 0; g < G; ++g) {
       const uint8_t* blk = gp + g * F::kBlock + static_cast<size_t>(b) * F::kStep;
       dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));

@@ -126,17 +126,21 @@ struct Q6K : Q6KLayout {
   }
 };
 
-// Decode (one token) requests the next super-block non-temporal, as the
-// 32-element formats do (interleaved_avx512.cpp, kWeightLocality): the
-// weights pass once, and T0 lines push out the activation row every group
-// reads again. Q6_K, 28 Qwen2-1.5B layers at two threads
-// (bm_decode_layers_vs_read/14/2/2, the products' speed as a share of a
-// plain read of the same bytes, medians of 3; seven rounds alternating the
-// two builds, load 1.2): 0.989-0.997 against 0.969-0.980 in the rounds
-// where the host let both read at one speed. Three super-blocks ahead
-// measured the same as one. Tiles of several tokens keep T0.
+// Decode (one token) requests the same part of the next super-block
+// non-temporal as it reads a sub-block: the weights pass once, and T0 lines
+// push out the activation row every group reads again. Q6_K, 28 Qwen2-1.5B
+// layers at two threads (bm_decode_layers_vs_read/14/2/2, the products'
+// speed as a share of a plain read of the same bytes, medians of 3; seven
+// rounds alternating the two builds, load 1.2): 0.989-0.997 against
+// 0.969-0.980 with T0 in the rounds where the host let both read at one
+// speed. Three super-blocks ahead measured the same as one. Unlike the
+// 32-element formats (interleaved_avx512.cpp's kPrefetch), decode without
+// the requests was slower end to end: Q6_K 0.97x (`edgelm bench --threads
+// 2 -p 8 -n 128 -r 1`, median of 12 alternated pairs, 9 of them below 1;
+// busy). Tiles of several tokens request T0. As __builtin_prefetch's
+// locality (prefetch_from): 0 is prefetchnta, 3 prefetcht0.
 template <int T>
-constexpr auto kHint = T == 1 ? _MM_HINT_NTA : _MM_HINT_T0;
+constexpr int kLocality = T == 1 ? 0 : 3;
 
 // G consecutive groups of 16 rows x T tokens; gp is the first group, gb the
 // bytes of one group.
@@ -166,9 +170,8 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
       __m512 sc[G], mn[G];
       for (int g = 0; g < G; ++g) {
         // The same part of the next super-block of this group.
-        const char* ahead = reinterpret_cast<const char*>(sb[g] + F::kBytes + j * (F::kBytes / F::kSubs));
-        for (size_t off = 0; off < F::kBytes / F::kSubs + 63; off += 64)
-          _mm_prefetch(ahead + off, kHint<T>);
+        prefetch_from<F::kBytes / F::kSubs + 63, kLocality<T>>(sb[g] + F::kBytes +
+                                                               j * (F::kBytes / F::kSubs));
         F::scales(sb[g], j, sc[g], mn[g]);
         F::quants(sb[g], j, q[g]);
       }

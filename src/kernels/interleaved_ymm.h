@@ -211,15 +211,6 @@ struct Legacy {
   static int64_t blocks(const GemmArgs& a) { return a.n / 32; }
   static Groups<F::kPaired> groups(const GemmArgs& a) { return groups_of<F>(a); }
 
-  // Decode (whole_pass): the lines of the G groups' block kPrefetch blocks
-  // past blk in the stream (G = 2: a pair's, whole lines), each line once
-  // over the stream. As a loop: unrolled, AVX2's decode took 5-10% longer
-  // (bm_decode_layers_pool/2/1/{1,2}, eight alternated rounds on a busy
-  // host; AVX-VNNI no different beyond the noise).
-  template <int G>
-  static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t* blk) {
-    kernels::prefetch_lines<G * F::kBlock, 3, false>(blk + kPrefetch * F::kStep);
-  }
   // Prompt passes: every 64 bytes of one group's block kPrefetch blocks
   // ahead from its start (interleaved_avx512.cpp's tile says why).
   static inline __attribute__((always_inline)) void prefetch(const uint8_t* blk) {
@@ -287,14 +278,20 @@ struct Legacy {
   // One token against both halves of G groups (G = 2: a pair, whose second
   // group's blocks follow the first's) in one pass: each block's weights
   // are read once (not again from L2 for the second half), and each
-  // activation block serves all 16 G rows.
+  // activation block serves all 16 G rows. It requests nothing ahead: the
+  // stream prefetcher keeps ahead of one stream (interleaved_avx512.cpp's
+  // kPrefetch). AVX2 on Zen 4, 28 Qwen2-1.5B layers
+  // (bm_decode_layers_vs_read/{2,8}/1/{1,2}, three alternated rounds,
+  // busy), without the requests against eight blocks ahead: Q4_0 one
+  // thread 0.90-0.93 against 0.87-0.89, two threads 0.94-0.96 against
+  // 0.79-0.97; Q8_0 one thread 0.92-0.98 against 0.88-0.92, two threads
+  // 0.90-0.98 against 0.90-0.99.
   template <int G>
   static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb,
                                                                const uint8_t* const* xr,
                                                                __m256 (&lo)[G], __m256 (&hi)[G]) {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = gp + static_cast<size_t>(b) * F::kStep;
-      prefetch_lines<G>(blk);
       for (int g = 0; g < G; ++g) {
         __m256 l[1] = {lo[g]}, h[1] = {hi[g]};
         block<1>(blk + g * F::kBlock, 0, b, nb, xr, l);
@@ -526,7 +523,11 @@ struct KQuant {
         });
   }
 
-  // One token against both halves in one pass (Legacy::whole_pass).
+  // One token against both halves in one pass (Legacy::whole_pass), with
+  // the next super-block requested as the prompt passes do: unlike the
+  // 32-element formats, taking the requests out did not gain here (AVX2 on
+  // Zen 4, bm_decode_layers_vs_read/12/1/1, two alternated rounds, busy:
+  // Q4_K one thread 0.74-0.78 against 0.84 with them).
   template <int G>
   static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb,
                                                                const uint8_t* const* xrow,
