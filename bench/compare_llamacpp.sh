@@ -58,6 +58,17 @@ run_llama() {
   fi
 }
 
+# One repetition of single-stream decode a side, for the alternated pairs:
+# pair_edgelm / pair_llama MODEL NAME.
+pair_edgelm() {
+  "$EDGELM" bench -m "$1" --threads "$THREADS" -p 8 -n "$GEN" --streams 1 -r 1 --json ${EDGELM_ARGS:-} \
+    > "$OUT/$2.pair-edgelm.json"
+}
+pair_llama() {
+  run_llama "$OUT/$2.llama-bench.err" "$LLAMA_BIN/llama-bench" -m "$1" -t "$THREADS" -p 0 -n "$GEN" \
+    -r 1 -o json > "$OUT/$2.pair-llama.json"
+}
+
 summary="$OUT/summary.txt"
 : > "$summary"
 for model in "$@"; do
@@ -85,15 +96,11 @@ for model in "$@"; do
   # Decode in alternated pairs: lines "edgelm_tps llama_tps".
   : > "$OUT/$name.pairs.txt"
   for i in $(seq "$PAIRS"); do
-    pair_e() {
-      "$EDGELM" bench -m "$model" --threads "$THREADS" -p 8 -n "$GEN" --streams 1 -r 1 --json ${EDGELM_ARGS:-} \
-        > "$OUT/$name.pair-edgelm.json"
-    }
-    pair_l() {
-      run_llama "$OUT/$name.llama-bench.err" "$LLAMA_BIN/llama-bench" -m "$model" -t "$THREADS" -p 0 -n "$GEN" \
-        -r 1 -o json > "$OUT/$name.pair-llama.json"
-    }
-    if (( i % 2 )); then pair_e; pair_l; else pair_l; pair_e; fi
+    if (( i % 2 )); then
+      pair_edgelm "$model" "$name"; pair_llama "$model" "$name"
+    else
+      pair_llama "$model" "$name"; pair_edgelm "$model" "$name"
+    fi
     python3 -c 'import json, sys
 e = json.load(open(sys.argv[1])); l = json.load(open(sys.argv[2]))
 print(e["decode_samples"][0], next(r["samples_ts"][0] for r in l if r["n_gen"] > 0))' \
