@@ -121,28 +121,22 @@ struct Q6KLayout {
   static constexpr int act_offset(int j, int c) { return 16 * j + 4 * c; }
 };
 
-// Decode's prefetch: every 64-byte line that starts in [ahead, ahead +
-// kBytes), into the cache at kLocality (__builtin_prefetch's: 0 is x86's
-// prefetchnta, 3 prefetcht0). Over a stream of kBytes steps that is each
-// line once, the line a step starts mid-way in going with the step before.
-// A multiple of 64 (a pair's block in the paired formats: Q4_0 576 bytes)
-// holds exactly kBytes / 64 line starts wherever it begins: a fixed count,
-// which unrolls (the loop spends an add, a compare and a branch beside each
-// line's prefetch); kUnroll false keeps the loop. Not a callback:
-// GCC 12 dropped _mm_prefetch called from a lambda passed here.
-template <size_t kBytes, int kLocality, bool kUnroll = kBytes % 64 == 0>
+// NEON decode's prefetch of a pair's block (the x86 decode tiles of these
+// formats request nothing: interleaved_avx512.cpp's kPrefetch): every
+// 64-byte line that starts in [ahead, ahead + kBytes), into the cache at
+// kLocality (__builtin_prefetch's: 0 is x86's prefetchnta, 3 prefetcht0).
+// Over a stream of kBytes steps that is each line once, the line a step
+// starts mid-way in going with the step before. A multiple of 64 (a pair's
+// block: Q4_0 576 bytes) holds exactly kBytes / 64 line starts wherever it
+// begins: a fixed count, which unrolls. Not a callback: GCC 12 dropped
+// _mm_prefetch called from a lambda passed here.
+template <size_t kBytes, int kLocality>
 inline __attribute__((always_inline)) void prefetch_lines(const uint8_t* ahead) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(ahead);
-  const uintptr_t first = (a + 63) & ~uintptr_t{63};
-  if constexpr (kUnroll) {
-    static_assert(kBytes % 64 == 0);
+  static_assert(kBytes % 64 == 0);
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(ahead) + 63) & ~uintptr_t{63};
 #pragma GCC unroll 16
-    for (size_t i = 0; i < kBytes / 64; ++i)
-      __builtin_prefetch(reinterpret_cast<const char*>(first + 64 * i), 0, kLocality);
-  } else {
-    for (uintptr_t l = first; l < a + kBytes; l += 64)
-      __builtin_prefetch(reinterpret_cast<const char*>(l), 0, kLocality);
-  }
+  for (size_t i = 0; i < kBytes / 64; ++i)
+    __builtin_prefetch(reinterpret_cast<const char*>(first + 64 * i), 0, kLocality);
 }
 
 // Prompt tiles' prefetch (and a lone group's decode on NEON): every 64

@@ -26,7 +26,7 @@ constexpr int kSubTokens = 4;   // tokens per pass over a quarter's quants
 
 // The block kPrefetch blocks past blk in the stream, into L1: a pair's
 // (G = 2) whole lines, each line once over the stream; one group's block
-// every 64 bytes from its start (the x86 kernels do the same; an odd
+// every 64 bytes from its start (the x86 prompt tiles do the same; an odd
 // group's block starts mid-line, interleaved_avx512.cpp's tile).
 template <class F, int G = 1>
 inline void prefetch_block(const uint8_t* blk) {
