@@ -138,7 +138,7 @@ struct Q6K : Q6KLayout {
 // the requests was slower end to end: Q6_K 0.97x (`edgelm bench --threads
 // 2 -p 8 -n 128 -r 1`, median of 12 alternated pairs, 9 of them below 1;
 // busy). Tiles of several tokens request T0. As __builtin_prefetch's
-// locality (prefetch_from): 0 is prefetchnta, 3 prefetcht0.
+// locality (prefetch_next_sub): 0 is prefetchnta, 3 prefetcht0.
 template <int T>
 constexpr int kLocality = T == 1 ? 0 : 3;
 
@@ -170,8 +170,7 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
       __m512 sc[G], mn[G];
       for (int g = 0; g < G; ++g) {
         // The same part of the next super-block of this group.
-        prefetch_from<F::kBytes / F::kSubs + 63, kLocality<T>>(sb[g] + F::kBytes +
-                                                               j * (F::kBytes / F::kSubs));
+        prefetch_next_sub<F, kLocality<T>>(sb[g], j);
         F::scales(sb[g], j, sc[g], mn[g]);
         F::quants(sb[g], j, q[g]);
       }

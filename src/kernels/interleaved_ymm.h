@@ -545,8 +545,7 @@ struct KQuant {
 
   // The same part of the next super-block as sub-block j.
   static inline __attribute__((always_inline)) void prefetch(const uint8_t* sb, int j) {
-    const char* ahead = reinterpret_cast<const char*>(sb + F::kBytes + j * (F::kBytes / F::kSubs));
-    for (size_t off = 0; off < F::kBytes / F::kSubs + 63; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+    prefetch_next_sub<F, 3>(sb, j);
   }
 
   // Sub-block j of super-block b (at sb), half h, tokens xr[0..TS).
