@@ -151,13 +151,13 @@ inline __attribute__((always_inline)) void prefetch_from(const uint8_t* ahead) {
     __builtin_prefetch(reinterpret_cast<const char*>(ahead + off), 0, kLocality);
 }
 
-// The K formats' prefetch on x86: the same part of the next super-block
-// (a format F of kSubs sub-blocks in kBytes) as sub-block j of the one at
-// sb, every 64 bytes from that part's start, at kLocality as above.
-template <class F, int kLocality>
+// The K formats' prefetch on x86: the same part of the super-block kAhead
+// after the one at sb (a format F of kSubs sub-blocks in kBytes) as
+// sub-block j, every 64 bytes from that part's start, at kLocality as above.
+template <class F, int kLocality, int kAhead = 1>
 inline __attribute__((always_inline)) void prefetch_next_sub(const uint8_t* sb, int j) {
   constexpr size_t kSub = F::kBytes / F::kSubs;
-  prefetch_from<kSub + 63, kLocality>(sb + F::kBytes + j * kSub);
+  prefetch_from<kSub + 63, kLocality>(sb + kAhead * F::kBytes + j * kSub);
 }
 
 constexpr int kI16Tile = 8;                    // tokens per tile

@@ -126,14 +126,14 @@ struct Q6K : Q6KLayout {
   }
 };
 
-// Decode (one token) requests the same part of the next super-block
+// Decode (one token) requests the same part of a later super-block (kAhead)
 // non-temporal as it reads a sub-block: the weights pass once, and T0 lines
 // push out the activation row every group reads again. Q6_K, 28 Qwen2-1.5B
 // layers at two threads (bm_decode_layers_vs_read/14/2/2, the products'
 // speed as a share of a plain read of the same bytes, medians of 3; seven
 // rounds alternating the two builds, load 1.2): 0.989-0.997 against
 // 0.969-0.980 with T0 in the rounds where the host let both read at one
-// speed. Three super-blocks ahead measured the same as one. Unlike the
+// speed. For Q6_K three super-blocks ahead measured the same as one. Unlike the
 // 32-element formats (interleaved_avx512.cpp's kPrefetch), decode without
 // the requests was slower end to end: Q6_K 0.97x (`edgelm bench --threads
 // 2 -p 8 -n 128 -r 1`, median of 12 alternated pairs, 9 of them below 1;
@@ -141,6 +141,21 @@ struct Q6K : Q6KLayout {
 // locality (prefetch_next_sub): 0 is prefetchnta, 3 prefetcht0.
 template <int T>
 constexpr int kLocality = T == 1 ? 0 : 3;
+// How many super-blocks ahead: Q4_K and Q5_K decode two (4.7 / 5.8 KB),
+// the rest one. Q4_K's super-block is 2368 bytes, less than a core keeps in
+// flight at 20-30 GB/s, and one ahead held its decode back where the host
+// read fast. Q4_K, AVX-512, alternated rounds on a busy machine: one thread
+// over 62 MB (bm_gemv_i16/1/12/2, medians of 5) 23.8 against 21.1 GB/s in
+// 4 of 5 rounds; two threads (bm_gemv_i16_pool/12/2/2/1536) 35.7-44.2
+// against 27.2-39.8 in one phase, even in another; end to end on the
+// Q4_K_M file (`edgelm bench --threads 2 -p 8 -n 128 -r 1`), whose runs
+// fall in a fast (about 60 tokens/s) or a slow (about 45) mode per
+// process, the fast runs' median 63.3 against 60.1 (7 and 10 runs), the
+// slow ones even. Q6_K two ahead was slower on two threads
+// (bm_gemv_i16_pool/14/2/2/1536 33.5-36.0 against 35.7-47.8) and not
+// faster end to end. Q5_K follows Q4_K unmeasured.
+template <class F, int T>
+constexpr int kAhead = T == 1 && F::kMins ? 2 : 1;
 
 // G consecutive groups of 16 rows x T tokens; gp is the first group, gb the
 // bytes of one group.
@@ -170,7 +185,7 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
       __m512 sc[G], mn[G];
       for (int g = 0; g < G; ++g) {
         // The same part of the next super-block of this group.
-        prefetch_next_sub<F, kLocality<T>>(sb[g], j);
+        prefetch_next_sub<F, kLocality<T>, kAhead<F, T>>(sb[g], j);
         F::scales(sb[g], j, sc[g], mn[g]);
         F::quants(sb[g], j, q[g]);
       }
