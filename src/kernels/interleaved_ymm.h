@@ -524,10 +524,15 @@ struct KQuant {
   }
 
   // One token against both halves in one pass (Legacy::whole_pass), with
-  // the next super-block requested as the prompt passes do: unlike the
+  // a later super-block requested as the prompt passes do: unlike the
   // 32-element formats, taking the requests out did not gain here (AVX2 on
   // Zen 4, bm_decode_layers_vs_read/12/1/1, two alternated rounds, busy:
-  // Q4_K one thread 0.74-0.78 against 0.84 with them).
+  // Q4_K one thread 0.74-0.78 against 0.84 with them). Q4_K and Q5_K ask
+  // two super-blocks ahead, as on AVX-512 (interleaved_kquants_avx512.cpp's
+  // kAhead): Q4_K on one thread over 62 MB (bm_gemv_i16/1/12/1, medians of
+  // 5, alternated rounds, busy) 23.7-25.9 against 23.0-23.9 GB/s, ahead in
+  // all 4 rounds; on two threads (bm_gemv_i16_pool/12/1/2/1536) median 46.7
+  // against 45.3, ahead in 5 of 8.
   template <int G>
   static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb,
                                                                const uint8_t* const* xrow,
@@ -535,17 +540,18 @@ struct KQuant {
     static_assert(G == 1, "the K formats' groups are not paired");
     each_sub<1>(
         gp, nb, xrow,
-        [&lo, &hi](const uint8_t* sb, int j, const BlockQ8_K* const* xr, int64_t b,
-                   const TokSide (&ts)[1]) __attribute__((always_inline)) {
-          prefetch(sb, j);
+        [&lo, &hi ](const uint8_t* sb, int j, const BlockQ8_K* const* xr, int64_t b,
+                    const TokSide(&ts)[1]) __attribute__((always_inline)) {
+          prefetch<F::kMins ? 2 : 1>(sb, j);
           sub<1>(sb, 0, j, xr, b, ts, lo);
           sub<1>(sb, 1, j, xr, b, ts, hi);
         });
   }
 
-  // The same part of the next super-block as sub-block j.
+  // The same part of the super-block kAhead after sb as sub-block j.
+  template <int kAhead = 1>
   static inline __attribute__((always_inline)) void prefetch(const uint8_t* sb, int j) {
-    prefetch_next_sub<F, 3>(sb, j);
+    prefetch_next_sub<F, 3, kAhead>(sb, j);
   }
 
   // Sub-block j of super-block b (at sb), half h, tokens xr[0..TS).
