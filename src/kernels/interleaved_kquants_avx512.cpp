@@ -133,12 +133,13 @@ struct Q6K : Q6KLayout {
 // speed as a share of a plain read of the same bytes, medians of 3; seven
 // rounds alternating the two builds, load 1.2): 0.989-0.997 against
 // 0.969-0.980 with T0 in the rounds where the host let both read at one
-// speed. For Q6_K three super-blocks ahead measured the same as one. Unlike the
-// 32-element formats (interleaved_avx512.cpp's kPrefetch), decode without
-// the requests was slower end to end: Q6_K 0.97x (`edgelm bench --threads
-// 2 -p 8 -n 128 -r 1`, median of 12 alternated pairs, 9 of them below 1;
-// busy). Tiles of several tokens request T0. As __builtin_prefetch's
-// locality (prefetch_next_sub): 0 is prefetchnta, 3 prefetcht0.
+// speed. For Q6_K three super-blocks ahead measured the same as one.
+// Unlike the 32-element formats (interleaved_avx512.cpp's kPrefetch),
+// decode without the requests was slower end to end: Q6_K 0.97x (`edgelm
+// bench --threads 2 -p 8 -n 128 -r 1`, median of 12 alternated pairs, 9 of
+// them below 1; busy). Tiles of several tokens request T0. As
+// __builtin_prefetch's locality (prefetch_next_sub): 0 is prefetchnta, 3
+// prefetcht0.
 template <int T>
 constexpr int kLocality = T == 1 ? 0 : 3;
 // How many super-blocks ahead: Q4_K and Q5_K decode two (4.7 / 5.8 KB),
@@ -184,7 +185,7 @@ inline __attribute__((always_inline)) void tile(const GemmArgs& a, const uint8_t
       __m512i q[G][F::kVecs];
       __m512 sc[G], mn[G];
       for (int g = 0; g < G; ++g) {
-        // The same part of the next super-block of this group.
+        // The same part of a later super-block of this group.
         prefetch_next_sub<F, kLocality<T>, kAhead<F, T>>(sb[g], j);
         F::scales(sb[g], j, sc[g], mn[g]);
         F::quants(sb[g], j, q[g]);

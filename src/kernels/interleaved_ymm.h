@@ -540,18 +540,22 @@ struct KQuant {
     static_assert(G == 1, "the K formats' groups are not paired");
     each_sub<1>(
         gp, nb, xrow,
-        [&lo, &hi ](const uint8_t* sb, int j, const BlockQ8_K* const* xr, int64_t b,
-                    const TokSide(&ts)[1]) __attribute__((always_inline)) {
-          prefetch<F::kMins ? 2 : 1>(sb, j);
+        [&lo, &hi](const uint8_t* sb, int j, const BlockQ8_K* const* xr, int64_t b,
+                   const TokSide (&ts)[1]) __attribute__((always_inline)) {
+          prefetch_decode(sb, j);
           sub<1>(sb, 0, j, xr, b, ts, lo);
           sub<1>(sb, 1, j, xr, b, ts, hi);
         });
   }
 
-  // The same part of the super-block kAhead after sb as sub-block j.
-  template <int kAhead = 1>
+  // The same part of the next super-block as sub-block j; decode's
+  // (whole_pass), of the super-block kDecodeAhead after sb.
   static inline __attribute__((always_inline)) void prefetch(const uint8_t* sb, int j) {
-    prefetch_next_sub<F, 3, kAhead>(sb, j);
+    prefetch_next_sub<F, 3>(sb, j);
+  }
+  static constexpr int kDecodeAhead = F::kMins ? 2 : 1;
+  static inline __attribute__((always_inline)) void prefetch_decode(const uint8_t* sb, int j) {
+    prefetch_next_sub<F, 3, kDecodeAhead>(sb, j);
   }
 
   // Sub-block j of super-block b (at sb), half h, tokens xr[0..TS).
