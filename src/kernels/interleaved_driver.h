@@ -111,6 +111,11 @@ struct Q45KLayout {
   static constexpr bool kMins = true;
   static constexpr size_t kScales = 64, kMinsAt = 192, kQuants = 320, kSubBytes = kFifthBit ? 320 : 256;
   static constexpr int act_offset(int j, int c) { return 32 * j + (c < 4 ? 4 * c : 16 + 4 * (c - 4)); }
+  // How many super-blocks ahead x86 decode requests (prefetch_next_sub):
+  // one (2368 bytes for Q4_K) is less than a core keeps in flight at 20-30
+  // GB/s. The figures: interleaved_kquants_avx512.cpp's kAhead and
+  // interleaved_ymm.h's whole_pass.
+  static constexpr int kDecodeAhead = 2;
 };
 // Q6_K: 16 sub-blocks of 16 (4 quant vectors each), int8 scales, no minimums.
 struct Q6KLayout {
@@ -119,6 +124,7 @@ struct Q6KLayout {
   static constexpr bool kMins = false;
   static constexpr size_t kScales = 32, kQuants = 288, kSubBytes = 192;
   static constexpr int act_offset(int j, int c) { return 16 * j + 4 * c; }
+  static constexpr int kDecodeAhead = 1;  // two was slower (kAhead's figures)
 };
 
 // NEON decode's prefetch of a pair's block (the x86 decode tiles of these

@@ -142,10 +142,9 @@ struct Q6K : Q6KLayout {
 // prefetcht0.
 template <int T>
 constexpr int kLocality = T == 1 ? 0 : 3;
-// How many super-blocks ahead: Q4_K and Q5_K decode two (4.7 / 5.8 KB),
-// the rest one. Q4_K's super-block is 2368 bytes, less than a core keeps in
-// flight at 20-30 GB/s, and one ahead held its decode back where the host
-// read fast. Q4_K, AVX-512, alternated rounds on a busy machine: one thread
+// How many super-blocks ahead: decode F::kDecodeAhead (Q4_K and Q5_K two,
+// 4.7 / 5.8 KB; Q6_K one), prompt tiles one. One ahead held Q4_K's decode
+// back where the host read fast. Q4_K, AVX-512, alternated rounds on a busy machine: one thread
 // over 62 MB (bm_gemv_i16/1/12/2, medians of 5) 23.8 against 21.1 GB/s in
 // 4 of 5 rounds; two threads (bm_gemv_i16_pool/12/2/2/1536) 35.7-44.2
 // against 27.2-39.8 in one phase, even in another; end to end on the
@@ -156,7 +155,7 @@ constexpr int kLocality = T == 1 ? 0 : 3;
 // (bm_gemv_i16_pool/14/2/2/1536 33.5-36.0 against 35.7-47.8) and not
 // faster end to end. Q5_K follows Q4_K unmeasured.
 template <class F, int T>
-constexpr int kAhead = T == 1 && F::kMins ? 2 : 1;
+constexpr int kAhead = T == 1 ? F::kDecodeAhead : 1;
 
 // G consecutive groups of 16 rows x T tokens; gp is the first group, gb the
 // bytes of one group.

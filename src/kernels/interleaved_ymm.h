@@ -527,12 +527,12 @@ struct KQuant {
   // a later super-block requested as the prompt passes do: unlike the
   // 32-element formats, taking the requests out did not gain here (AVX2 on
   // Zen 4, bm_decode_layers_vs_read/12/1/1, two alternated rounds, busy:
-  // Q4_K one thread 0.74-0.78 against 0.84 with them). Q4_K and Q5_K ask
-  // two super-blocks ahead, as on AVX-512 (interleaved_kquants_avx512.cpp's
-  // kAhead): Q4_K on one thread over 62 MB (bm_gemv_i16/1/12/1, medians of
-  // 5, alternated rounds, busy) 23.7-25.9 against 23.0-23.9 GB/s, ahead in
-  // all 4 rounds; on two threads (bm_gemv_i16_pool/12/1/2/1536) median 46.7
-  // against 45.3, ahead in 5 of 8.
+  // Q4_K one thread 0.74-0.78 against 0.84 with them). F::kDecodeAhead
+  // super-blocks ahead (Q4_K and Q5_K two), as on AVX-512: Q4_K on one
+  // thread over 62 MB (bm_gemv_i16/1/12/1, medians of 5, alternated
+  // rounds, busy) 23.7-25.9 against 23.0-23.9 GB/s, ahead in all 4 rounds;
+  // on two threads (bm_gemv_i16_pool/12/1/2/1536) median 46.7 against
+  // 45.3, ahead in 5 of 8.
   template <int G>
   static inline __attribute__((always_inline)) void whole_pass(const uint8_t* gp, int64_t nb,
                                                                const uint8_t* const* xrow,
@@ -549,13 +549,12 @@ struct KQuant {
   }
 
   // The same part of the next super-block as sub-block j; decode's
-  // (whole_pass), of the super-block kDecodeAhead after sb.
+  // (whole_pass), of the super-block F::kDecodeAhead after sb.
   static inline __attribute__((always_inline)) void prefetch(const uint8_t* sb, int j) {
     prefetch_next_sub<F, 3>(sb, j);
   }
-  static constexpr int kDecodeAhead = F::kMins ? 2 : 1;
   static inline __attribute__((always_inline)) void prefetch_decode(const uint8_t* sb, int j) {
-    prefetch_next_sub<F, 3, kDecodeAhead>(sb, j);
+    prefetch_next_sub<F, 3, F::kDecodeAhead>(sb, j);
   }
 
   // Sub-block j of super-block b (at sb), half h, tokens xr[0..TS).
