@@ -76,7 +76,7 @@ void ThreadPool::run_guided(int64_t n_items, FunctionRef<void(int64_t, int64_t, 
     fn(0, n_items, 0);
     return;
   }
-  const int64_t div = 2 * static_cast<int64_t>(n_threads_);
+  const int64_t div = n_threads_;  // thread_pool.h: why not finer
   std::atomic<int64_t> next{0};
   run(n_threads_, [&](int, int thread) {
     for (;;) {

@@ -33,11 +33,11 @@ TEST(ThreadPool, RunGuidedCoversEveryItemOnceInShrinkingPieces) {
         EXPECT_EQ(pieces.size(), n > 0 ? 1u : 0u);
         continue;
       }
-      // Taken in order: each piece is at most ceil(remaining / (2 x threads))
-      // long, at least one; so the last items (2 x threads - 1 of them, or
-      // all when there are no more than 2 x threads) go one by one.
+      // Taken in order: each piece is ceil(remaining / threads) long, at
+      // least one; so the last items (threads - 1 of them, or all when
+      // there are no more than threads) go one by one.
       std::sort(pieces.begin(), pieces.end());
-      const int64_t div = 2 * threads;
+      const int64_t div = threads;
       for (const auto& [b, e] : pieces) {
         EXPECT_EQ(e - b, std::max<int64_t>(1, (n - b + div - 1) / div)) << threads << " " << n << " " << b;
       }
