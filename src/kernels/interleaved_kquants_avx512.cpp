@@ -144,15 +144,15 @@ template <int T>
 constexpr int kLocality = T == 1 ? 0 : 3;
 // How many super-blocks ahead: decode F::kDecodeAhead (Q4_K and Q5_K two,
 // 4.7 / 5.8 KB; Q6_K one), prompt tiles one. One ahead held Q4_K's decode
-// back where the host read fast. Q4_K, AVX-512, alternated rounds on a busy machine: one thread
-// over 62 MB (bm_gemv_i16/1/12/2, medians of 5) 23.8 against 21.1 GB/s in
-// 4 of 5 rounds; two threads (bm_gemv_i16_pool/12/2/2/1536) 35.7-44.2
-// against 27.2-39.8 in one phase, even in another; end to end on the
-// Q4_K_M file (`edgelm bench --threads 2 -p 8 -n 128 -r 1`), whose runs
-// fall in a fast (about 60 tokens/s) or a slow (about 45) mode per
-// process, the fast runs' median 63.3 against 60.1 (7 and 10 runs), the
-// slow ones even. Q6_K two ahead was slower on two threads
-// (bm_gemv_i16_pool/14/2/2/1536 33.5-36.0 against 35.7-47.8) and not
+// back where the host read fast. Q4_K, AVX-512, alternated rounds on a busy
+// machine: one thread over 62 MB (bm_gemv_i16/1/12/2, medians of 5) 23.8
+// against 21.1 GB/s in 4 of 5 rounds; two threads
+// (bm_gemv_i16_pool/12/2/2/1536) 35.7-44.2 against 27.2-39.8 in one phase,
+// even in another; end to end on the Q4_K_M file (`edgelm bench --threads 2
+// -p 8 -n 128 -r 1`), whose runs fall in a fast (about 60 tokens/s) or a
+// slow (about 45) mode per process, the fast runs' median 63.3 against 60.1
+// (7 and 10 runs), the slow ones even. Q6_K two ahead was slower on two
+// threads (bm_gemv_i16_pool/14/2/2/1536 33.5-36.0 against 35.7-47.8) and not
 // faster end to end. Q5_K follows Q4_K unmeasured.
 template <class F, int T>
 constexpr int kAhead = T == 1 ? F::kDecodeAhead : 1;
