@@ -525,6 +525,43 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
   out = {};
   Waiter w;
   w.ask = ask;
+  // An exception while queued (`gone` allocates, and so may a hand-off)
+  // must not leave the queue pointing at this dead waiter, nor strand a
+  // slot handed to it while `gone` ran: on the way out the waiter leaves
+  // the queue and gives back what it was granted. Destroyed after `lk`
+  // below, so it takes the lock itself.
+  struct Leave {
+    Admission& a;
+    Waiter& w;
+    bool armed = false;
+    ~Leave() {
+      if (!armed) return;
+      SlotRef granted;
+      {
+        std::lock_guard<std::mutex> g(a.mu_);
+        const auto it = std::find(a.waiters_.begin(), a.waiters_.end(), &w);
+        if (it != a.waiters_.end()) {
+          a.waiters_.erase(it);
+          a.queued_.store(static_cast<int>(a.waiters_.size()));
+          // What this waiter might have been woken for goes to the next
+          // (a throw here would end the process: the safety net's next
+          // hand-off does it then).
+          try {
+            a.hand_off_locked();
+          } catch (...) {
+          }
+        }
+        if (w.done) granted = w.granted;
+      }
+      if (granted.ok()) {
+        try {
+          a.release(granted);
+        } catch (...) {
+          a.engine_.release(granted);
+        }
+      }
+    }
+  } leave{*this, w};
   double wait_s = o_.queue > 0 ? o_.queue_timeout_s : 10.0;
   uint64_t seen = 0;  // lending_ends_ as of the last hand-off this waiter ran (or its arrival)
   {
@@ -554,6 +591,7 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
     }
     if (!preempting && !in_time && static_cast<int>(waiters_.size()) >= o_.queue) return refuse(Reason::Slots);
     waiters_.push_back(&w);
+    leave.armed = true;
     queued_.store(static_cast<int>(waiters_.size()));
     w.d.preempted = preempting;
     seen = lending_ends_;
@@ -592,11 +630,13 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
       queued_.store(static_cast<int>(waiters_.size()));
       // A lending that ended since this waiter last looked is not lost with it.
       if (lending_ends_ != seen) hand_off_locked();
+      leave.armed = false;
       Decision d = refuse(why);
       d.waited = true;
       return d;
     }
   }
+  leave.armed = false;
   out = w.granted;
   w.d.waited = true;
   return w.d;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <future>
+#include <new>
 #include <thread>
 
 #include "engine/engine_test_util.h"
@@ -67,6 +68,53 @@ TEST(AdmissionWait, AWaiterGetsASlotTheMomentItStopsLending) {
   std::sort(ms.begin(), ms.end());
   EXPECT_LT(ms[ms.size() / 2], 500.0) << "median ms from the end of lending to the hand-off (fastest " << ms.front()
                                      << ", slowest " << ms.back() << ")";
+}
+
+// A waiter whose `gone` throws (it allocates) leaves by the exception: out of
+// the queue, with any slot handed to it while `gone` ran given back. Before,
+// the queue kept a pointer to the dead waiter; the next release handed it
+// the slot (a write into a destroyed frame) and the slot stayed reserved
+// for no one.
+TEST(AdmissionWait, AWaiterLeftByAnExceptionLeavesTheQueueAndNoSlotBehind) {
+  auto e = test::make_engine(test::synth_model("tiny-llama", "Q8_0"), 1, 128, 1, DType::F16, 16,
+                             AttnMath::F32, 0, {},
+                             /*start=*/false);
+  ASSERT_TRUE(e);
+  AdmissionOptions o;
+  o.queue = 2;
+  o.queue_timeout_s = 10;
+  o.min_stream_rate = 0;
+  o.max_slowdown = 0;
+  o.max_ttft_slowdown = 0;
+  Admission adm(*e, o);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  Ask ask;
+  ask.prompt = prompt;
+  ask.max_tokens = 4;
+  ask.reuse = false;
+  // hand_over: the slot's holder lets it go while the waiter asks `gone`,
+  // so the slot is the waiter's when the exception leaves.
+  for (const bool hand_over : {false, true}) {
+    SCOPED_TRACE(hand_over ? "granted while gone ran" : "still queued");
+    SlotRef held = e->try_acquire(0);
+    ASSERT_TRUE(held.ok());
+    SlotRef out;
+    auto gone = [&]() -> bool {
+      if (hand_over) adm.release(held);
+      throw std::bad_alloc();
+    };
+    EXPECT_THROW(adm.admit(ask, out, gone), std::bad_alloc);
+    EXPECT_FALSE(out.ok());
+    EXPECT_EQ(adm.queued(), 0);
+    if (!hand_over) adm.release(held);
+    // The one slot is free again: a newcomer gets it at once.
+    SlotRef next;
+    const Decision d = adm.admit(ask, next);
+    ASSERT_TRUE(d.ok()) << reason_name(d.reason);
+    EXPECT_FALSE(d.waited);
+    EXPECT_EQ(next.slot, 0);
+    adm.release(next);
+  }
 }
 
 }  // namespace
