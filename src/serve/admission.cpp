@@ -566,6 +566,11 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
   uint64_t seen = 0;  // lending_ends_ as of the last hand-off this waiter ran (or its arrival)
   {
     std::lock_guard<std::mutex> lk(mu_);
+    // Behind a waiter of its class it skips decide_locked, but not these: a
+    // request the hand-off would refuse for them must not end a stream
+    // (preemption) or take a place in the queue first.
+    if (draining_.load()) return refuse(Reason::Draining);
+    if (pressure_.load()) return refuse(Reason::MemoryPressure);
     if (!waiter_ahead_locked(ask.cls)) {
       Decision d = decide_locked(ask, &out);
       if (d.ok() || d.reason != Reason::Slots) return d;

@@ -117,5 +117,63 @@ TEST(AdmissionWait, AWaiterLeftByAnExceptionLeavesTheQueueAndNoSlotBehind) {
   }
 }
 
+// With preemption, an urgent newcomer behind an urgent waiter looks for a
+// stream to end. Under memory pressure (or while draining) the hand-off
+// would refuse it anyway, so it is refused at once and ends nothing.
+TEST(AdmissionWait, ARequestRefusedForMemoryPressureEndsNoStream) {
+  auto e = test::make_engine(test::synth_model("tiny-llama", "Q8_0"), 2, 128, 1, DType::F16, 16,
+                             AttnMath::F32, 0, {},
+                             /*start=*/false);
+  ASSERT_TRUE(e);
+  AdmissionOptions o;
+  o.classes = {{"sensor", 0}, {"chat", 0}};
+  o.default_class = 1;
+  o.preempt = true;
+  o.queue = 4;
+  o.queue_timeout_s = 10;
+  o.min_stream_rate = 0;
+  o.max_slowdown = 0;
+  o.max_ttft_slowdown = 0;
+  Admission adm(*e, o);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  auto make_ask = [&](int cls) {
+    Ask a;
+    a.prompt = prompt;
+    a.max_tokens = 4;
+    a.reuse = false;
+    a.cls = cls;
+    return a;
+  };
+  // Two chat streams (the engine is not started: they stay queued, which
+  // preemption may end as well).
+  SlotRef chat[2];
+  for (SlotRef& c : chat) {
+    ASSERT_TRUE(adm.admit(make_ask(1), c).ok());
+    ASSERT_TRUE(e->submit(c, prompt, test::greedy(4)).ok());
+  }
+  // A sensor request ends the younger one and waits for its slot.
+  SlotRef first_out;
+  auto first = std::async(std::launch::async, [&] { return adm.admit(make_ask(0), first_out); });
+  while (adm.queued() == 0) std::this_thread::yield();
+  int pending = 0;
+  for (int i = 0; i < 2; ++i) pending += e->preempt_pending(i);
+  ASSERT_EQ(pending, 1);
+  adm.set_memory_pressure(true);
+  SlotRef out;
+  const Decision d = adm.admit(make_ask(0), out);
+  EXPECT_FALSE(d.ok());
+  EXPECT_EQ(d.reason, Reason::MemoryPressure);
+  EXPECT_FALSE(out.ok());
+  pending = 0;
+  for (int i = 0; i < 2; ++i) pending += e->preempt_pending(i);
+  EXPECT_EQ(pending, 1) << "the refused request ended a stream";
+  EXPECT_EQ(adm.queued(), 1);
+  adm.set_memory_pressure(false);
+  for (const SlotRef& c : chat) adm.release(c);
+  ASSERT_EQ(first.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(first.get().ok());
+  adm.release(first_out);
+}
+
 }  // namespace
 }  // namespace edgelm::serve
