@@ -25,6 +25,7 @@
 #include "serve/status_ring.h"
 #include "serve/stream.h"
 #include "serve/text_budget.h"
+#include "tokenizer/unicode.h"
 
 namespace edgelm::serve {
 
@@ -495,6 +496,19 @@ void Server::Impl::routes() {
         return httplib::Server::HandlerResponse::Handled;
       }
     }
+    // Every body here is JSON, whatever its Content-Type says. httplib
+    // would read a form's (curl -d's default type) as a form, refused over
+    // 8 KiB with a 413 of its own, and a multipart one as parts, refused as
+    // unreadable: such a body is read as it came instead. httplib's Request
+    // is not const where it lives (the handler is only given a const view),
+    // and it reads the body after this handler.
+    const std::string type = req.get_header_value("Content-Type");
+    if (type.rfind("application/x-www-form-urlencoded", 0) == 0 ||
+        type.rfind("multipart/form-data", 0) == 0) {
+      auto& headers = const_cast<httplib::Headers&>(req.headers);
+      headers.erase("Content-Type");
+      headers.emplace("Content-Type", "application/json");
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // A client that asks before sending its body (Expect: 100-continue) hears
@@ -612,20 +626,49 @@ void Server::Impl::routes() {
     json j = json::parse(req.body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
       return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"content\": string}", "content"});
-    const bool add_special = j.value("add_special", false);
-    const bool parse_special = j.value("parse_special", true);
-    const std::vector<int32_t> ids = engine.tokenizer().encode(
-        j["content"].get_ref<const std::string&>(), add_special, parse_special);
+    bool flags[3] = {false, true, false};  // add_special, parse_special, with_pieces
+    const char* names[3] = {"add_special", "parse_special", "with_pieces"};
+    for (int f = 0; f < 3; ++f) {
+      const auto it = j.find(names[f]);
+      if (it == j.end() || it->is_null()) continue;
+      if (!it->is_boolean())
+        return reply_error(res, {400, "invalid_request_error", "invalid_type",
+                                 fmt::format("'{}' must be a boolean", names[f]), names[f]});
+      flags[f] = it->get<bool>();
+    }
+    const auto& tok = engine.tokenizer();
+    const std::vector<int32_t> ids =
+        tok.encode(j["content"].get_ref<const std::string&>(), flags[0], flags[1]);
     j = json();  // the parsed body's memory, before the reply's
     // Written without a JSON tree (16 bytes an id, and a long text's ids are
-    // many).
+    // many). with_pieces, as llama-server: {"id": id, "piece": its text},
+    // the piece as an array of its bytes when they are not valid UTF-8 (a
+    // byte-level token that is part of a character).
     std::string out;
-    out.reserve(13 + (fmt::formatted_size("{}", engine.tokenizer().n_vocab()) + 1) * ids.size());
+    out.reserve(13 + (fmt::formatted_size("{}", tok.n_vocab()) + 1) * ids.size());
     out += "{\"tokens\":[";
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i) out += ',';
       const fmt::format_int digits(ids[i]);
+      if (!flags[2]) {
+        out.append(digits.data(), digits.size());
+        continue;
+      }
+      out += "{\"id\":";
       out.append(digits.data(), digits.size());
+      out += ",\"piece\":";
+      const std::string_view piece = tok.token_piece_view(ids[i], true);
+      if (tokenizer::utf8_is_valid(piece)) {
+        out += json(std::string(piece)).dump();
+      } else {
+        out += '[';
+        for (size_t b = 0; b < piece.size(); ++b) {
+          if (b) out += ',';
+          out += fmt::format_int(static_cast<unsigned char>(piece[b])).c_str();
+        }
+        out += ']';
+      }
+      out += '}';
     }
     out += "]}";
     res.status = 200;

@@ -10,6 +10,7 @@
 #include "core/sysmem.h"
 #include "server_fixture.h"
 #include "testutil.h"
+#include "tokenizer/unicode.h"
 
 namespace edgelm {
 namespace {
@@ -524,6 +525,70 @@ TEST(Serve, TokenizeAndDetokenize) {
   EXPECT_EQ(parse(r->body)["content"], "the hat");  // the space prefix is removed, as llama.cpp does
   r = c.Post("/detokenize", R"({"tokens":[99999999]})", "application/json");
   EXPECT_EQ(r->status, 400);
+}
+
+// A JSON body is read as JSON whatever Content-Type it came with: curl -d
+// sends a form's type, which httplib by itself would refuse over 8 KiB (a
+// 413 naming --max-body, far above it), and a multipart type would be read
+// as parts and refused as unreadable.
+TEST(Serve, AJsonBodyIsReadWhateverItsContentType) {
+  LiveServer s({});
+  auto c = s.client();
+  json body = json::parse(test::chat_body("hello", 2, false));
+  body["user"] = std::string(9000, 'x');  // past httplib's 8 KiB for forms
+  for (const char* type : {"application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+                           "text/plain", "application/json"}) {
+    auto r = c.Post("/v1/chat/completions", body.dump(), type);
+    ASSERT_TRUE(r) << type;
+    EXPECT_EQ(r->status, 200) << type << ": " << r->body;
+  }
+  EXPECT_TRUE(s.wait_idle());
+}
+
+// /tokenize's flags are booleans (anything else is the client's error, not
+// a 500), and with_pieces gives each id with its text, as llama-server does:
+// a string, or the bytes as numbers where they are not UTF-8 on their own.
+TEST(Serve, TokenizeChecksItsFlagsAndGivesPieces) {
+  LiveServer s({});
+  auto c = s.client();
+  for (const char* body :
+       {R"({"content":"hi","add_special":"yes"})", R"({"content":"hi","parse_special":1})",
+        R"({"content":"hi","with_pieces":[]})"}) {
+    auto r = c.Post("/tokenize", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body;
+    EXPECT_EQ(parse(r->body)["error"]["code"], "invalid_type") << body;
+  }
+  const std::string text = "the hat \xc3\xa9\xe4\xb8\x80";  // é and a CJK character
+  auto r = c.Post("/tokenize", json({{"content", text}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const json plain = parse(r->body)["tokens"];
+  r = c.Post("/tokenize", json({{"content", text}, {"with_pieces", true}}).dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const json pieces = parse(r->body)["tokens"];
+  ASSERT_EQ(pieces.size(), plain.size());
+  std::string joined;
+  int as_bytes = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    EXPECT_EQ(pieces[i]["id"], plain[i]);
+    const json& piece = pieces[i]["piece"];
+    if (piece.is_string()) {
+      joined += piece.get<std::string>();
+      continue;
+    }
+    ASSERT_TRUE(piece.is_array());
+    ++as_bytes;
+    std::string bytes;
+    for (const json& b : piece) bytes += static_cast<char>(b.get<int>());
+    EXPECT_FALSE(tokenizer::utf8_is_valid(bytes)) << "piece " << i << " is text, sent as bytes";
+    joined += bytes;
+  }
+  EXPECT_GT(as_bytes, 0) << "the characters outside the vocabulary came as whole-text pieces";
+  // The pieces are the text (after the space a SentencePiece vocabulary puts first).
+  EXPECT_EQ(joined.substr(joined.size() - text.size()), text);
 }
 
 // The text of many long tokens is measured before it is made: over 4x
