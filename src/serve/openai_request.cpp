@@ -513,9 +513,23 @@ Err read_tool_calls(const json& v, const std::string& path, std::vector<ToolCall
       call.arguments = "{}";
     } else if (args->is_string()) {
       // The text as sent (its keys' order is the order the template shows).
+      // Read as the body is: its nesting and duplicate keys are the body's
+      // errors too (the template's reader, as deep, would drop the lot).
       const std::string& a = args->get_ref<const std::string&>();
-      const json parsed = json::parse(a, nullptr, false);
-      if (parsed.is_discarded() || !parsed.is_object())
+      json parsed;
+      DomBuilder b(parsed);
+      if (!json::sax_parse(a.data(), a.data() + a.size(), &b)) {
+        if (b.too_deep())
+          return invalid_request(fmt::format("'{}' nests arrays and objects deeper than {} levels",
+                                             apath, kMaxJsonDepth),
+                                 apath, "nesting_too_deep");
+        if (b.duplicate())
+          return invalid_request(fmt::format("'{}' has the key '{}' twice", apath, b.where()),
+                                 apath, "duplicate_key");
+        return invalid_request(fmt::format("'{}' must be a JSON object encoded as a string", apath),
+                               apath);
+      }
+      if (!parsed.is_object())
         return invalid_request(fmt::format("'{}' must be a JSON object encoded as a string", apath), apath);
       call.arguments = a;
     } else if (args->is_object()) {

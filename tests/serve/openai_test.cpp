@@ -712,6 +712,26 @@ TEST(OpenAiHostile, SixtyFourLevelsAreAllowed) {
   EXPECT_EQ(chat_err(chat_body("\"x\":" + nested(64, "[", "]"))).code, "nesting_too_deep");
 }
 
+// A tool call's arguments sent as a string are read as the body is: past
+// 64 levels, or with a key twice, they are refused by name. (Deeper than the
+// template's reader went, they were rendered as {} without a word.)
+TEST(OpenAiHostile, ToolCallArgumentsAreReadAsTheBodyIs) {
+  auto with_args = [](const std::string& args) {
+    return R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":)" +
+           json(args).dump() + "}}]}]}";
+  };
+  // The arguments object is level 1: 63 arrays inside it make 64 levels.
+  GenerationRequest r = chat_ok(with_args(R"({"x":)" + nested(63, "[", "]") + "}"));
+  ASSERT_EQ(r.messages.size(), 2u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  const ApiError deep = chat_err(with_args(R"({"x":)" + nested(64, "[", "]") + "}"));
+  EXPECT_EQ(deep.code, "nesting_too_deep");
+  expect_names(deep, "messages[1].tool_calls[0].function.arguments");
+  const ApiError twice = chat_err(with_args(R"({"a":1,"a":2})"));
+  EXPECT_EQ(twice.code, "duplicate_key");
+  expect_names(twice, "messages[1].tool_calls[0].function.arguments");
+}
+
 TEST(OpenAiHostile, MegabyteContentAtTheDefaultLimit) {
   const std::string big(1 << 20, 'z');
   GenerationRequest r = chat_ok(R"({"messages":[{"role":"user","content":")" + big + "\"}]}");
