@@ -202,8 +202,15 @@ Status Schema::finish() {
     }
     if (!changed) break;
   }
+  // The lengths saturate: a value that needs kUnbounded bytes or more (a
+  // huge minItems, or required properties nested deep) cannot be told from
+  // none, and fits no context either way.
   if (nodes[static_cast<size_t>(root)].min_bytes >= kUnbounded)
-    return make_error("the schema allows no value");
+    return make_error(
+        "the schema allows no value shorter than {} bytes (none at all, or only longer ones: a "
+        "huge "
+        "minItems or minLength, or required properties nested many levels deep)",
+        kUnbounded);
 
   // Nesting: frames the deepest static path needs (Any's containers nest
   // only as far as frames remain, so it counts as a leaf).

@@ -110,6 +110,24 @@ TEST(Matcher, LiteralsThatExtendEachOther) {
   EXPECT_FALSE(takes(s, "[tru]"));
 }
 
+// A schema whose shortest value is too long to count (a billion items) is
+// refused, and the message does not claim it allows no value at all.
+TEST(Matcher, AValueTooLongToCountIsRefusedAsSuch) {
+  Node item;
+  item.kind = Kind::Literal;
+  item.literals = {"1"};
+  Schema s;
+  Node arr;
+  arr.kind = Kind::Array;
+  arr.items = s.add(item);
+  arr.min_items = 1000000000;
+  s.root = s.add(arr);
+  const Status st = s.finish();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("no value shorter than"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("minItems"), std::string::npos) << st.message();
+}
+
 TEST(Matcher, CopyTakesTheLiveFrames) {
   Node n;
   n.kind = Kind::Array;
