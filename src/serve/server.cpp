@@ -7,6 +7,7 @@
 #include <climits>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -116,6 +117,9 @@ struct Server::Impl {
   Admission& adm;
   Metrics& metrics;
   HttpServer http;
+  // Each route's methods, for a 405 with Allow where a path is asked with
+  // another (set while routes() registers them, read-only after).
+  std::map<std::string, std::string, std::less<>> allowed;
   WorkerPool* pool = nullptr;  // owned by httplib
   int listen_fd = -1;
   std::optional<ChatRenderer> chat_template;
@@ -551,7 +555,14 @@ void Server::Impl::routes() {
       if (!res.has_header("Connection")) res.set_header("Connection", "close");
     }
     ApiError e{res.status, "invalid_request_error", "", "", ""};
-    if (res.status == 404) e.code = "not_found", e.message = fmt::format("no route for {} {}", req.method, req.path);
+    const auto route = allowed.find(req.path);
+    if (res.status == 404 && route != allowed.end()) {
+      res.status = 405;
+      res.set_header("Allow", route->second);
+      e = {405, "invalid_request_error", "method_not_allowed",
+           fmt::format("{} takes {}, not {}", req.path, route->second, req.method), ""};
+    } else if (res.status == 404)
+      e.code = "not_found", e.message = fmt::format("no route for {} {}", req.method, req.path);
     else if (res.status == 413)
       e = body_too_large();
     else if (res.status == 405) e.code = "method_not_allowed", e.message = "method not allowed";
@@ -573,38 +584,48 @@ void Server::Impl::routes() {
     res.set_content(error_json({500, "server_error", "internal_error", what, ""}), "application/json");
   });
 
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  const auto get = [this](const char* path, httplib::Server::Handler h) {
+    allowed[path] = "GET, HEAD";
+    http.Get(path, std::move(h));
+  };
+  const auto post = [this](const char* path, httplib::Server::Handler h) {
+    allowed[path] = "POST";
+    http.Post(path, std::move(h));
+  };
+  post("/v1/chat/completions",
+       [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
+  post("/v1/completions",
+       [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
+  get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(models_json(o.model_id, unix_now(), "edgelm"), "application/json");
   });
-  http.Get("/health", [json_reply](const httplib::Request&, httplib::Response& res) {
+  get("/health", [json_reply](const httplib::Request&, httplib::Response& res) {
     json_reply(res, {{"status", "ok"}});
   });
-  http.Get("/ready", [this, json_reply](const httplib::Request&, httplib::Response& res) {
+  get("/ready", [this, json_reply](const httplib::Request&, httplib::Response& res) {
     const Decision d = adm.peek();
-    if (!d.ok()) return json_reply(res, {{"status", "not_ready"}, {"reason", reason_name(d.reason)}}, 503);
+    if (!d.ok())
+      return json_reply(res, {{"status", "not_ready"}, {"reason", reason_name(d.reason)}}, 503);
     json_reply(res, {{"status", "ready"}, {"free_slots", engine.n_slots() - engine.active_slots()}});
   });
-  http.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
+  get("/slots", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(slots_json(status_view()), "application/json");
   });
   // The status page is static (served without a key); what it shows comes
   // from /status, which needs the key like the API.
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+  get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_header("Cache-Control", "no-cache");
     res.set_content(status_page_html().data(), status_page_html().size(), "text/html; charset=utf-8");
   });
-  http.Get("/status", [this](const httplib::Request&, httplib::Response& res) {
+  get("/status", [this](const httplib::Request&, httplib::Response& res) {
     res.set_header("Cache-Control", "no-store");
     res.set_content(status_json(status_view()), "application/json");
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_metrics(metrics, engine, adm, pool ? pool->open() : 0), "text/plain; version=0.0.4");
   });
   // llama-server's route: the prompt a chat request would be given, exactly.
-  http.Post("/apply-template", [this, json_reply](const httplib::Request& req,
-                                                  httplib::Response& res) {
+  post("/apply-template", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
     const TextPermit permit(text_budget, req.body.size(), adm.options().default_class, kTextWait);
     if (!permit.ok()) return reply_busy_preparing(res);
     RequestLimits limits;
@@ -620,7 +641,7 @@ void Server::Impl::routes() {
       return reply_error(res, {400, "invalid_request_error", "invalid_messages", text.message(), "messages"});
     json_reply(res, {{"prompt", *text}});
   });
-  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     const TextPermit permit(text_budget, req.body.size(), adm.options().default_class, kTextWait);
     if (!permit.ok()) return reply_busy_preparing(res);
     json j = json::parse(req.body, nullptr, false);
@@ -675,7 +696,7 @@ void Server::Impl::routes() {
     res.body = std::move(out);  // set_content would copy it
     res.set_header("Content-Type", "application/json");
   });
-  http.Post("/detokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
+  post("/detokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
     const TextPermit permit(text_budget, req.body.size(), adm.options().default_class, kTextWait);
     if (!permit.ok()) return reply_busy_preparing(res);
     json j = json::parse(req.body, nullptr, false);

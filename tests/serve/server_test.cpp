@@ -545,6 +545,29 @@ TEST(Serve, AJsonBodyIsReadWhateverItsContentType) {
   EXPECT_TRUE(s.wait_idle());
 }
 
+// A route asked with the wrong method is a 405 naming the methods it takes
+// (Allow), not a 404 as if it were not there; a path that is not there is.
+TEST(Serve, AWrongMethodIsA405WithAllow) {
+  LiveServer s({});
+  auto c = s.client();
+  auto r = c.Get("/v1/chat/completions");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  EXPECT_EQ(parse(r->body)["error"]["code"], "method_not_allowed");
+  r = c.Post("/health", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, HEAD");
+  r = c.Get("/v1/no-such-route");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(parse(r->body)["error"]["code"], "not_found");
+  r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
 // /tokenize's flags are booleans (anything else is the client's error, not
 // a 500), and with_pieces gives each id with its text, as llama-server does:
 // a string, or the bytes as numbers where they are not UTF-8 on their own.
