@@ -15,6 +15,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A queue of `queue` waiters that waits up to 10 s, and no throughput or
+// first-token refusals: only slots decide.
+AdmissionOptions slots_only(int queue) {
+  AdmissionOptions o;
+  o.queue = queue;
+  o.queue_timeout_s = 10;
+  o.min_stream_rate = 0;
+  o.max_slowdown = 0;
+  o.max_ttft_slowdown = 0;
+  return o;
+}
+
 // A free slot that lends its KV rows to a queued copy cannot be taken; it
 // becomes available when the engine has made the copy (readers drop to 0),
 // with no release to hand it on. The waiter must get it then, by that event:
@@ -26,13 +38,7 @@ TEST(AdmissionWait, AWaiterGetsASlotTheMomentItStopsLending) {
   auto e = test::make_engine(test::synth_model("tiny-llama", "Q8_0"), 2, 128, 1, DType::F16, 16, AttnMath::F32, 0, {},
                              /*start=*/false);
   ASSERT_TRUE(e);
-  AdmissionOptions o;
-  o.queue = 2;
-  o.queue_timeout_s = 10;
-  o.min_stream_rate = 0;
-  o.max_slowdown = 0;
-  o.max_ttft_slowdown = 0;
-  Admission adm(*e, o);
+  Admission adm(*e, slots_only(2));
   const std::vector<int32_t> prompt = {1, 2, 3};
   std::vector<double> ms;
   for (int trial = 0; trial < 5; ++trial) {
@@ -80,13 +86,7 @@ TEST(AdmissionWait, AWaiterLeftByAnExceptionLeavesTheQueueAndNoSlotBehind) {
                              AttnMath::F32, 0, {},
                              /*start=*/false);
   ASSERT_TRUE(e);
-  AdmissionOptions o;
-  o.queue = 2;
-  o.queue_timeout_s = 10;
-  o.min_stream_rate = 0;
-  o.max_slowdown = 0;
-  o.max_ttft_slowdown = 0;
-  Admission adm(*e, o);
+  Admission adm(*e, slots_only(2));
   const std::vector<int32_t> prompt = {1, 2, 3};
   Ask ask;
   ask.prompt = prompt;
@@ -125,15 +125,10 @@ TEST(AdmissionWait, ARequestRefusedForMemoryPressureEndsNoStream) {
                              AttnMath::F32, 0, {},
                              /*start=*/false);
   ASSERT_TRUE(e);
-  AdmissionOptions o;
+  AdmissionOptions o = slots_only(4);
   o.classes = {{"sensor", 0}, {"chat", 0}};
   o.default_class = 1;
   o.preempt = true;
-  o.queue = 4;
-  o.queue_timeout_s = 10;
-  o.min_stream_rate = 0;
-  o.max_slowdown = 0;
-  o.max_ttft_slowdown = 0;
   Admission adm(*e, o);
   const std::vector<int32_t> prompt = {1, 2, 3};
   auto make_ask = [&](int cls) {
