@@ -207,9 +207,8 @@ Status Schema::finish() {
   // none, and fits no context either way.
   if (nodes[static_cast<size_t>(root)].min_bytes >= kUnbounded)
     return make_error(
-        "the schema allows no value shorter than {} bytes (none at all, or only longer ones: a "
-        "huge "
-        "minItems or minLength, or required properties nested many levels deep)",
+        "the schema allows no value shorter than {} bytes (none at all, or only longer "
+        "ones: a huge minItems or minLength, or required properties nested many levels deep)",
         kUnbounded);
 
   // Nesting: frames the deepest static path needs (Any's containers nest
