@@ -139,6 +139,17 @@ struct RequestLimits {
 //   GenerationRequest& req = std::get<GenerationRequest>(r);
 using ParsedRequest = std::variant<GenerationRequest, ApiError>;
 
+// POST /tokenize: {"content": string} and llama-server's booleans (a null
+// counts as absent). The body is read as before any limits: only the text
+// is kept, moved out of the parsed document.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+  bool parse_special = true;
+  bool with_pieces = false;  // each id with its text
+};
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(std::string_view body);
+
 // Maximum nesting of arrays and objects in a body; deeper ones are refused
 // before anything is built for them.
 inline constexpr int kMaxJsonDepth = 64;

@@ -1066,4 +1066,17 @@ ParsedRequest parse_completion_request(std::string_view body, const RequestLimit
   return parse_request(body, limits, false);
 }
 
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(std::string_view body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
+    return invalid_request("expected {\"content\": string}", "content", "invalid_request");
+  TokenizeRequest r;
+  for (auto [key, out] : {std::pair<const char*, bool*>{"add_special", &r.add_special},
+                          {"parse_special", &r.parse_special},
+                          {"with_pieces", &r.with_pieces}})
+    if (Err e = read_bool(j, key, key, *out)) return *e;
+  r.content = std::move(j["content"].get_ref<std::string&>());
+  return r;
+}
+
 }  // namespace edgelm::serve

@@ -644,23 +644,12 @@ void Server::Impl::routes() {
   post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     const TextPermit permit(text_budget, req.body.size(), adm.options().default_class, kTextWait);
     if (!permit.ok()) return reply_busy_preparing(res);
-    json j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
-      return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"content\": string}", "content"});
-    bool flags[3] = {false, true, false};  // add_special, parse_special, with_pieces
-    const char* names[3] = {"add_special", "parse_special", "with_pieces"};
-    for (int f = 0; f < 3; ++f) {
-      const auto it = j.find(names[f]);
-      if (it == j.end() || it->is_null()) continue;
-      if (!it->is_boolean())
-        return reply_error(res, {400, "invalid_request_error", "invalid_type",
-                                 fmt::format("'{}' must be a boolean", names[f]), names[f]});
-      flags[f] = it->get<bool>();
-    }
+    auto parsed = parse_tokenize_request(req.body);
+    if (auto* err = std::get_if<ApiError>(&parsed)) return reply_error(res, *err);
+    TokenizeRequest r = std::move(std::get<TokenizeRequest>(parsed));
     const auto& tok = engine.tokenizer();
-    const std::vector<int32_t> ids =
-        tok.encode(j["content"].get_ref<const std::string&>(), flags[0], flags[1]);
-    j = json();  // the parsed body's memory, before the reply's
+    const std::vector<int32_t> ids = tok.encode(r.content, r.add_special, r.parse_special);
+    r.content = std::string();  // the body's text, before the reply's
     // Written without a JSON tree (16 bytes an id, and a long text's ids are
     // many). with_pieces, as llama-server: {"id": id, "piece": its text},
     // the piece as an array of its bytes when they are not valid UTF-8 (a
@@ -671,7 +660,7 @@ void Server::Impl::routes() {
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i) out += ',';
       const fmt::format_int digits(ids[i]);
-      if (!flags[2]) {
+      if (!r.with_pieces) {
         out.append(digits.data(), digits.size());
         continue;
       }
