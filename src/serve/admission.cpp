@@ -227,8 +227,7 @@ Admission::Choice Admission::choose_slot_locked(const Ask& ask) {
 }
 
 Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
-  if (draining_.load()) return refuse(Reason::Draining);
-  if (pressure_.load()) return refuse(Reason::MemoryPressure);
+  if (const Reason r = closed(); r != Reason::None) return refuse(r);
   const EngineStats st = engine_.stats();
   // One reading of the slots' states for the whole decision, so that all its
   // counts agree: slots are acquired only under this lock, but held ones move
@@ -381,8 +380,7 @@ Decision Admission::decide_locked(const Ask& ask, SlotRef* reserve) {
 
 Decision Admission::peek() {
   std::lock_guard<std::mutex> lk(mu_);
-  if (draining_.load()) return refuse(Reason::Draining);
-  if (pressure_.load()) return refuse(Reason::MemoryPressure);
+  if (const Reason r = closed(); r != Reason::None) return refuse(r);
   if (!waiters_.empty()) return refuse(Reason::Slots);
   return decide_locked(Ask{}, nullptr);
 }
@@ -394,8 +392,7 @@ bool Admission::waiter_ahead_locked(int cls) const {
 Decision Admission::refuse_at_once(int cls) {
   Decision d = [&] {
     std::lock_guard<std::mutex> lk(mu_);
-    if (draining_.load()) return refuse(Reason::Draining);
-    if (pressure_.load()) return refuse(Reason::MemoryPressure);
+    if (const Reason r = closed(); r != Reason::None) return refuse(r);
     // As admit_waiting decides at arrival: without a waiter of its class or
     // a more urgent one ahead, by decide_locked, whose checks before the
     // slot's choice need no prompt (the rate floor, then a free slot).
@@ -566,11 +563,11 @@ Decision Admission::admit_waiting(const Ask& ask, SlotRef& out, const std::funct
   uint64_t seen = 0;  // lending_ends_ as of the last hand-off this waiter ran (or its arrival)
   {
     std::lock_guard<std::mutex> lk(mu_);
-    // Behind a waiter of its class it skips decide_locked, but not these: a
-    // request the hand-off would refuse for them must not end a stream
-    // (preemption) or take a place in the queue first.
-    if (draining_.load()) return refuse(Reason::Draining);
-    if (pressure_.load()) return refuse(Reason::MemoryPressure);
+    // Behind a waiter of its class it skips decide_locked, but not its
+    // first check: a request the hand-off would refuse for draining or
+    // memory pressure must not end a stream (preemption) or take a place
+    // in the queue first.
+    if (const Reason r = closed(); r != Reason::None) return refuse(r);
     if (!waiter_ahead_locked(ask.cls)) {
       Decision d = decide_locked(ask, &out);
       if (d.ok() || d.reason != Reason::Slots) return d;

@@ -297,6 +297,13 @@ class Admission {
   void lending_ended();
   uint64_t lending_ends_ = 0;  // under mu_: how many lending_ended() calls so far
   Decision refuse(Reason r) const;
+  // Draining or memory pressure: a refusal whatever the slots and the queue
+  // say, checked before anything else; None when neither holds.
+  Reason closed() const {
+    return draining_.load()   ? Reason::Draining
+           : pressure_.load() ? Reason::MemoryPressure
+                              : Reason::None;
+  }
 
   Engine& engine_;
   AdmissionOptions o_;
