@@ -56,9 +56,10 @@ namespace {
 // each 64 bytes loaded once (GCC folds the load into both the mask and the
 // shift, two loads); loads of two 32-byte halves; the quants read from
 // line-aligned addresses (wrong products, to rule out the lines a load
-// straddles); one group at a time instead of a pair; --isa avxvnni or avx2.
-// A tile that only loads and folds the quants reached 0.89. The cause is
-// not found.
+// straddles); one group at a time instead of a pair; the scales a
+// constant instead of converted from f16 (wrong products again); --isa
+// avxvnni or avx2. A tile that only loads and folds the quants (no scales,
+// no activations) reached 0.89. The cause is not found.
 constexpr int kPrefetch = 8;
 
 inline float half(const uint16_t& h) { return _cvtsh_ss(h); }
