@@ -48,9 +48,9 @@ namespace {
 // (interleaved_kquants_avx512.cpp says why).
 //
 // Open: on a Zen 5 host (EPYC, family 26 model 2; 2026-12-07) Q4_0 and
-// Q8_0 decode reach 0.69-0.82 of the read at one and two threads
+// Q8_0 decode reach 0.69-0.89 of the read at one and two threads
 // (bm_decode_layers_vs_read/{2,8}/2/{1,2}), where Q4_K reaches 0.95-1.14,
-// and end to end Q4_0 decodes at 68-83% of the weights' read. Each of these
+// and end to end Q4_0 decodes at 68-87% of the weights' read. Each of these
 // was tried against this code in alternated rounds and moved nothing:
 // requests non-temporal 2304, 4608 or 9216 bytes ahead, or T0 4608 ahead;
 // each 64 bytes loaded once (GCC folds the load into both the mask and the
