@@ -150,6 +150,10 @@ struct TokenizeRequest {
 };
 std::variant<TokenizeRequest, ApiError> parse_tokenize_request(std::string_view body);
 
+// POST /detokenize: {"tokens": [ids]}, each id in [0, n_vocab).
+std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(std::string_view body,
+                                                                      int32_t n_vocab);
+
 // Maximum nesting of arrays and objects in a body; deeper ones are refused
 // before anything is built for them.
 inline constexpr int kMaxJsonDepth = 64;

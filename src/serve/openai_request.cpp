@@ -1067,16 +1067,35 @@ ParsedRequest parse_completion_request(std::string_view body, const RequestLimit
 }
 
 std::variant<TokenizeRequest, ApiError> parse_tokenize_request(std::string_view body) {
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string())
+  json j;
+  if (Err e = parse_body(body, j)) return std::move(*e);
+  auto it = j.find("content");
+  if (it == j.end() || !it->is_string())
     return invalid_request("expected {\"content\": string}", "content", "invalid_request");
   TokenizeRequest r;
   for (auto [key, out] : {std::pair<const char*, bool*>{"add_special", &r.add_special},
                           {"parse_special", &r.parse_special},
                           {"with_pieces", &r.with_pieces}})
     if (Err e = read_bool(j, key, key, *out)) return *e;
-  r.content = std::move(j["content"].get_ref<std::string&>());
+  r.content = std::move(it->get_ref<std::string&>());
   return r;
+}
+
+std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(std::string_view body,
+                                                                      int32_t n_vocab) {
+  json j;
+  if (Err e = parse_body(body, j)) return std::move(*e);
+  auto it = j.find("tokens");
+  if (it == j.end() || !it->is_array())
+    return invalid_request("expected {\"tokens\": [ids]}", "tokens", "invalid_request");
+  std::vector<int32_t> ids;
+  ids.reserve(it->size());
+  for (const json& v : *it) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= n_vocab)
+      return invalid_request("'tokens' must hold vocabulary ids", "tokens", "invalid_token");
+    ids.push_back(v.get<int32_t>());
+  }
+  return ids;
 }
 
 }  // namespace edgelm::serve

@@ -688,16 +688,9 @@ void Server::Impl::routes() {
   post("/detokenize", [this, json_reply](const httplib::Request& req, httplib::Response& res) {
     const TextPermit permit(text_budget, req.body.size(), adm.options().default_class, kTextWait);
     if (!permit.ok()) return reply_busy_preparing(res);
-    json j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
-      return reply_error(res, {400, "invalid_request_error", "invalid_request", "expected {\"tokens\": [ids]}", "tokens"});
-    std::vector<int32_t> ids;
-    for (const auto& v : j["tokens"]) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= engine.tokenizer().n_vocab())
-        return reply_error(res, {400, "invalid_request_error", "invalid_token", "'tokens' must hold vocabulary ids", "tokens"});
-      ids.push_back(v.get<int32_t>());
-    }
-    j = json();  // the parsed body's memory, before the text's
+    auto parsed = parse_detokenize_request(req.body, engine.tokenizer().n_vocab());
+    if (auto* err = std::get_if<ApiError>(&parsed)) return reply_error(res, *err);
+    const std::vector<int32_t> ids = std::move(std::get<std::vector<int32_t>>(parsed));
     // A token's text can be long (a run of spaces or dashes): the text is
     // measured before it is made, and kept within 4x --max-body.
     uint64_t bytes = 0;

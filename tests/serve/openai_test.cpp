@@ -905,6 +905,71 @@ TEST(OpenAiCompletion, ChatAndCompletionFieldsDoNotMix) {
   expect_names(chat_err(completion_body()), "messages");
 }
 
+// /tokenize and /detokenize read their bodies as the other routes do: a
+// byte order mark, nesting past kMaxJsonDepth and a key given twice are each
+// refused with the same 400 as for a chat request.
+TEST(OpenAiTokenize, BodiesAreReadLikeTheOtherRoutes) {
+  const std::string deep = nested(kMaxJsonDepth + 1, "[", "]");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"\xEF\xBB\xBF{\"content\":\"hi\"}", "\xEF\xBB\xBF{\"tokens\":[1]}"},
+      {"{\"content\":\"hi\",\"x\":" + deep + "}", "{\"tokens\":[1],\"x\":" + deep + "}"},
+      {R"({"content":"hi","content":"ho"})", R"({"tokens":[1],"tokens":[2]})"},
+  };
+  const std::vector<std::string> codes = {"", "nesting_too_deep", "duplicate_key"};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& [tok_body, detok_body] = cases[i];
+    SCOPED_TRACE(codes[i]);
+    auto t = parse_tokenize_request(tok_body);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(t));
+    const ApiError& te = std::get<ApiError>(t);
+    auto d = parse_detokenize_request(detok_body, 100);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(d));
+    const ApiError& de = std::get<ApiError>(d);
+    const ApiError ce = chat_err(i == 0   ? "\xEF\xBB\xBF" + chat_body()
+                                 : i == 1 ? chat_body("\"x\":" + deep)
+                                          : chat_body("\"model\":\"a\",\"model\":\"b\""));
+    for (const ApiError* e : {&te, &de}) {
+      EXPECT_EQ(e->status, 400);
+      EXPECT_EQ(e->code, ce.code) << e->message;
+      if (!codes[i].empty()) {
+        EXPECT_EQ(e->code, codes[i]);
+      }
+    }
+    if (i == 0) {
+      EXPECT_NE(te.message.find("byte order mark"), std::string::npos) << te.message;
+      EXPECT_NE(de.message.find("byte order mark"), std::string::npos) << de.message;
+    }
+  }
+}
+
+TEST(OpenAiTokenize, WellFormedBodies) {
+  auto t = parse_tokenize_request(R"({"content":"the hat","add_special":true,"with_pieces":null})");
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(t));
+  const TokenizeRequest& r = std::get<TokenizeRequest>(t);
+  EXPECT_EQ(r.content, "the hat");
+  EXPECT_TRUE(r.add_special);
+  EXPECT_TRUE(r.parse_special);
+  EXPECT_FALSE(r.with_pieces);
+  for (const char* body : {"{}", R"({"content":3})", R"({"content":null})", "[]"}) {
+    auto bad = parse_tokenize_request(body);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(bad)) << body;
+    EXPECT_EQ(std::get<ApiError>(bad).status, 400) << body;
+  }
+
+  auto d = parse_detokenize_request(R"({"tokens":[0,5,99]})", 100);
+  ASSERT_TRUE(std::holds_alternative<std::vector<int32_t>>(d));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(d), (std::vector<int32_t>{0, 5, 99}));
+  for (const char* body : {R"({"tokens":[100]})", R"({"tokens":[-1]})", R"({"tokens":[1.5]})",
+                           R"({"tokens":["1"]})", R"({"tokens":[1e30]})"}) {
+    auto bad = parse_detokenize_request(body, 100);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(bad)) << body;
+    EXPECT_EQ(std::get<ApiError>(bad).code, "invalid_token") << body;
+  }
+  auto none = parse_detokenize_request(R"({"tokens":{}})", 100);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(none));
+  EXPECT_EQ(std::get<ApiError>(none).param, "tokens");
+}
+
 // ---------------------------------------------------------------------------
 // Responses
 
