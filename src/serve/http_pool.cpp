@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -572,6 +573,29 @@ class HttpConn final : public WorkerPool::Parked {
     }
   }
 
+  // A request line of the form "METHOD target HTTP/1.x" whose method, a
+  // token, is none that httplib routes (it answers the others 400, as if
+  // the line were malformed; CONNECT and TRACE too): RFC 9110 asks for 501,
+  // a method the server does not implement. Methods are case-sensitive:
+  // "get" is one of these.
+  static bool unknown_method(std::string_view l) {
+    static constexpr std::string_view kRouted[] = {"GET",    "HEAD",    "POST", "PUT",
+                                                   "DELETE", "OPTIONS", "PATCH"};
+    const size_t sp = l.find(' '), last = l.rfind(' ');
+    if (sp == 0 || sp == std::string_view::npos || last == sp) return false;
+    const std::string_view method = l.substr(0, sp), version = l.substr(last + 1);
+    if (version != "HTTP/1.1" && version != "HTTP/1.0") return false;
+    for (const char ch : method) {
+      const auto u = static_cast<unsigned char>(ch);
+      if (!(std::isalnum(u) ||
+            std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos))
+        return false;
+    }
+    for (const std::string_view k : kRouted)
+      if (method == k) return false;
+    return true;
+  }
+
   // What the buffered bytes of the next request say. A bare LF ends a line
   // as CRLF does (ConnStream hands such lines on ended by CRLF, and a bare
   // CR as a space: one line either way).
@@ -585,6 +609,7 @@ class HttpConn final : public WorkerPool::Parked {
     bool posts = false;                         // a method that sends a body
     bool http10 = false;                        // an HTTP/1.0 request
     bool seen_length = false;
+    bool unknown_method = false;  // a well-formed request line, a method httplib does not know
   };
   // Incremental: lines already read are not read again (a head trickled in
   // small pieces would otherwise be rescanned whole at every piece, on the
@@ -607,6 +632,8 @@ class HttpConn final : public WorkerPool::Parked {
         const std::string_view method = l.substr(0, l.find(' '));
         r.posts = method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
         r.http10 = l.size() >= 9 && l.substr(l.size() - 9) == " HTTP/1.0";
+        r.unknown_method = unknown_method(l);
+        if (r.unknown_method) r.wait_body = false;  // answered without it
         continue;
       }
       const size_t colon = l.find(':');
@@ -882,6 +909,9 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
     }
     if (const HttpConn::Scan r = c->scan(); !r.head_done || r.bad_length) {
       reply_and_close(std::move(c), r.head_done ? Canned::kBadLength : Canned::kHeadTooLarge);
+      return;
+    } else if (r.unknown_method) {
+      reply_and_close(std::move(c), Canned::kUnknownMethod);
       return;
     }
     strm.begin_request(c->first_byte + lim_.read_timeout);

@@ -178,7 +178,7 @@ class HttpServer : public httplib::Server {
   // request not whole in time, 400 `invalid_content_length` for a
   // Content-Length that is not digits as sent, 431 for a line and headers
   // over 64 KiB. Each closes its connection.
-  enum class Canned { kTooManyConnections, kUnreadable, kBadLength, kHeadTooLarge };
+  enum class Canned { kTooManyConnections, kUnreadable, kBadLength, kHeadTooLarge, kUnknownMethod };
   void set_canned_reply(std::function<std::string(Canned)> f) { canned_ = std::move(f); }
 
  private:

@@ -417,10 +417,17 @@ ApiError head_too_large() {
   return {431, "invalid_request_error", "headers_too_large",
           "the request line and headers exceed 64 KiB", ""};
 }
+ApiError unknown_method() {
+  return {501, "invalid_request_error", "method_not_implemented",
+          "the request's method is not one this server implements (GET, HEAD, POST, PUT, PATCH, "
+          "DELETE, OPTIONS)",
+          ""};
+}
 // A whole reply for HttpServer to write itself (no httplib response).
 std::string raw_reply(const ApiError& e, int retry_after) {
   const char* reason = e.status == 503   ? "Service Unavailable"
                        : e.status == 431 ? "Request Header Fields Too Large"
+                       : e.status == 501 ? "Not Implemented"
                                          : "Bad Request";
   const std::string body = error_json(e);
   return fmt::format(
@@ -847,6 +854,9 @@ Server::Server(Engine& engine, const ServerOptions& o)
       case HttpServer::Canned::kHeadTooLarge:
         impl_->metrics.count_status(431);
         return raw_reply(head_too_large(), 0);
+      case HttpServer::Canned::kUnknownMethod:
+        impl_->metrics.count_status(501);
+        return raw_reply(unknown_method(), 0);
     }
     return std::string();
   });

@@ -643,6 +643,38 @@ TEST(HttpServer, ALineThatNeverEndsIsRefusedAt64KiB) {
   }
 }
 
+// A well-formed request line with a method the server does not know is
+// answered 501 (RFC 9110), not httplib's 400 for a malformed line; with a
+// body announced, at once, without waiting for it. A line that is not of
+// the form "METHOD target HTTP/1.x" stays a 400.
+TEST(HttpServer, AnUnknownMethodIsAnswered501) {
+  test::LiveServer s(small_server(4, 16, 5, 30));
+  for (const std::string head :
+       {"BREW /health HTTP/1.1\r\nHost: x\r\n\r\n", "get /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        "PROPFIND /v1/models HTTP/1.0\r\n\r\n", "TRACE /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        "M-SEARCH * HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"}) {
+    const auto start = SteadyClock::now();
+    bool closed = false;
+    const std::string got = exchange(s.port, head, 10, &closed);
+    expect_reply(got, "501 Not Implemented", "method_not_implemented", closed);
+    EXPECT_LT(seconds_since(start), 5.0) << head << ": the reply waited for the body";
+  }
+  for (const std::string head :
+       {"BR(EW /health HTTP/1.1\r\nHost: x\r\n\r\n", "BREW /health HTTP/2.0\r\nHost: x\r\n\r\n",
+        "BREW\r\nHost: x\r\n\r\n", "\x16\x03\x01\x02\x01 HTTP/1.1\r\n\r\n"}) {
+    bool closed = false;
+    const std::string got = exchange(s.port, head, 10, &closed);
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << head << ": " << got;
+  }
+  // Known methods keep their answers: routed (405 where the path takes
+  // others) or served.
+  bool closed = false;
+  std::string got = exchange(
+      s.port, "OPTIONS /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 10, &closed);
+  EXPECT_EQ(got.rfind("HTTP/1.1 405", 0), 0u) << got;
+  expect_health(s);
+}
+
 // A request whose line is still coming at the read timeout is answered
 // 400 too (httplib closes such a connection without a word).
 TEST(HttpServer, ARequestLineNotWholeInTimeIsAnswered400) {
