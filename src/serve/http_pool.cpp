@@ -609,7 +609,7 @@ class HttpConn final : public WorkerPool::Parked {
     bool posts = false;                         // a method that sends a body
     bool http10 = false;                        // an HTTP/1.0 request
     bool seen_length = false;
-    bool unknown_method = false;  // a well-formed request line, a method httplib does not know
+    bool unknown_method = false;  // a well-formed request line, a method httplib does not route
   };
   // Incremental: lines already read are not read again (a head trickled in
   // small pieces would otherwise be rescanned whole at every piece, on the

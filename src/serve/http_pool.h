@@ -177,7 +177,8 @@ class HttpServer : public httplib::Server {
   // its 100 ms (on a refusing thread); 400 `unreadable_request` for a
   // request not whole in time, 400 `invalid_content_length` for a
   // Content-Length that is not digits as sent, 431 for a line and headers
-  // over 64 KiB. Each closes its connection.
+  // over 64 KiB, 501 for a method that httplib does not route. Each closes
+  // its connection.
   enum class Canned { kTooManyConnections, kUnreadable, kBadLength, kHeadTooLarge, kUnknownMethod };
   void set_canned_reply(std::function<std::string(Canned)> f) { canned_ = std::move(f); }
 
