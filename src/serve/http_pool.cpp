@@ -28,6 +28,9 @@ namespace edgelm::serve {
 namespace {
 thread_local bool t_over_capacity = false;
 thread_local bool t_close_after = false;
+// The request being served is the last its connection may carry (httplib's
+// close_connection): httplib marks its reply "Connection: close" itself.
+thread_local bool t_last_request = false;
 // Seconds a request may take beyond the first one while connections wait
 // for a worker: none until its headers are read, then its body's at 64 KiB/s.
 thread_local double t_body_seconds = 0;
@@ -57,6 +60,14 @@ bool over_capacity_thread() { return t_over_capacity; }
 
 void close_after_response() {
   t_close_after = true;
+}
+
+void mark_close(const httplib::Request& req, httplib::Response& res) {
+  // httplib 0.11 writes "Connection: close" for a request that asked for
+  // the close (to the letter) or was the connection's last, appending it
+  // beside any of the handlers'.
+  if (t_last_request || req.get_header_value("Connection") == "close") return;
+  if (!res.has_header("Connection")) res.set_header("Connection", "close");
 }
 
 void request_headers_read(uint64_t body_bytes) {
@@ -917,9 +928,10 @@ void HttpServer::serve(std::unique_ptr<HttpConn> c) {
     strm.begin_request(c->first_byte + lim_.read_timeout);
     t_close_after = false;
     t_body_seconds = 0;
+    t_last_request = c->served + 1 == lim_.keep_alive_requests;
     bool closed = false;
-    const bool ok =
-        process_request(strm, c->served + 1 == lim_.keep_alive_requests, closed, nullptr);
+    const bool ok = process_request(strm, t_last_request, closed, nullptr);
+    t_last_request = false;
     c->parked_at = SteadyClock::now();
     c->request_done();
     if (!ok || closed || t_close_after) break;
@@ -975,8 +987,10 @@ void HttpServer::refuse(socket_t sock) {
   strm.begin_request(c->first_byte + std::min(lim_.read_timeout, milliseconds(1000)));
   t_close_after = false;
   t_body_seconds = 0;
+  t_last_request = true;
   bool closed = false;
   process_request(strm, true, closed, nullptr);
+  t_last_request = false;
   t_close_after = false;
   close_lingering(std::move(c));
 }

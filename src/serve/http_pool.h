@@ -35,6 +35,12 @@ bool set_thread_urgent(bool urgent);
 // connection, where the next request would be looked for).
 void close_after_response();
 
+// The same handlers: the reply says "Connection: close", once. Where
+// httplib will write that header itself (the request asked for the close,
+// or is the last its connection may carry), nothing is added: httplib
+// appends its own beside a handler's, and the reply would carry two.
+void mark_close(const httplib::Request& req, httplib::Response& res);
+
 // From httplib's pre-routing (or Expect) handler: the request's line and
 // headers have been read, and its body is `body_bytes` long. While
 // connections wait for a worker, a request gets one second from its first

@@ -458,7 +458,7 @@ bool Server::Impl::refuse_framing(const httplib::Request& req, httplib::Response
   request_headers_read(decimal ? std::stoull(length) : 0);
   const auto refuse = [&](const ApiError& e, int retry_after = 0) {
     close_after_response();
-    res.set_header("Connection", "close");
+    mark_close(req, res);
     reply_error(res, e, retry_after);
     return true;
   };
@@ -502,7 +502,7 @@ void Server::Impl::routes() {
       if (!valid) {
         // Refused before its body is read: the connection closes after.
         close_after_response();
-        res.set_header("Connection", "close");
+        mark_close(req, res);
         reply_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer ...)", ""});
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -550,7 +550,7 @@ void Server::Impl::routes() {
     if (close) {
       close_after_response();
       res.headers.erase("Keep-Alive");
-      if (!res.has_header("Connection")) res.set_header("Connection", "close");
+      mark_close(req, res);
     }
   });
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -559,7 +559,7 @@ void Server::Impl::routes() {
     // --max-body) leave the rest of the request on the connection.
     if (res.status != 404 && res.status != 405) {
       close_after_response();
-      if (!res.has_header("Connection")) res.set_header("Connection", "close");
+      mark_close(req, res);
     }
     ApiError e{res.status, "invalid_request_error", "", "", ""};
     const auto route = allowed.find(req.path);

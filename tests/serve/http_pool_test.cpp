@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -513,6 +514,50 @@ TEST(HttpServer, PipelinedRequestsAreAllAnswered) {
 // The part of `reply` before its blank line.
 std::string head_of(const std::string& reply) {
   return reply.substr(0, reply.find("\r\n\r\n"));
+}
+
+// How many "Connection" header lines the head of `reply` has.
+int connection_headers(const std::string& reply) {
+  int n = 0;
+  const std::string head = head_of(reply);
+  for (size_t at = 0; (at = head.find("\r\n", at)) != std::string::npos; at += 2) {
+    std::string name = head.substr(at + 2, 11);
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    n += name == "connection:";
+  }
+  return n;
+}
+
+// A refusal that closes its connection says so in one header, whether or
+// not the client asked for the close itself (httplib then writes its own),
+// and when the refused request is the last its connection may carry.
+TEST(HttpServer, AClosingReplySaysSoOnce) {
+  test::LiveServer s(small_server(4, 16, 5, 10));
+  const std::string chunked =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n";
+  for (const std::string& req :
+       {chunked + "\r\n", chunked + "Connection: close\r\n\r\n",
+        chunked + "Connection: Close\r\n\r\n",
+        std::string("BR(EW /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        std::string("BR(EW /health HTTP/1.1\r\nHost: x\r\n\r\n")}) {
+    bool closed = false;
+    const std::string got = exchange(s.port, req, 5, &closed);
+    EXPECT_EQ(got.rfind("HTTP/1.1 4", 0), 0u) << got;
+    EXPECT_EQ(connection_headers(got), 1) << head_of(got);
+    EXPECT_NE(head_of(got).find("Connection: close"), std::string::npos) << head_of(got);
+    EXPECT_TRUE(closed);
+  }
+  // The connection's 1000th request (test::LiveServer: keep-alive for
+  // 1000), refused.
+  std::string many;
+  for (int i = 0; i < 999; ++i) many += "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string got = test::send_and_hang_up(s.port, many + chunked + "\r\n", 5000);
+  const size_t last = got.rfind("HTTP/1.1 ");
+  ASSERT_NE(last, std::string::npos) << got.substr(0, 300);
+  const std::string reply = got.substr(last);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 411", 0), 0u) << reply;
+  EXPECT_EQ(connection_headers(reply), 1) << head_of(reply);
 }
 
 // An HTTP/1.0 client knows no chunked encoding: a streamed answer is sent
