@@ -589,12 +589,10 @@ class HttpConn final : public WorkerPool::Parked {
   // the line were malformed; CONNECT and TRACE too): RFC 9110 asks for 501,
   // a method the server does not implement. Methods are case-sensitive:
   // "get" is one of these.
-  static bool unknown_method(std::string_view l) {
-    static constexpr std::string_view kRouted[] = {"GET",    "HEAD",    "POST", "PUT",
-                                                   "DELETE", "OPTIONS", "PATCH"};
-    const size_t sp = l.find(' '), last = l.rfind(' ');
-    if (sp == 0 || sp == std::string_view::npos || last == sp) return false;
-    const std::string_view method = l.substr(0, sp), version = l.substr(last + 1);
+  static bool unknown_method(std::string_view l, std::string_view method) {
+    const size_t last = l.rfind(' ');
+    if (method.empty() || method.size() == l.size() || last == method.size()) return false;
+    const std::string_view version = l.substr(last + 1);
     if (version != "HTTP/1.1" && version != "HTTP/1.0") return false;
     for (const char ch : method) {
       const auto u = static_cast<unsigned char>(ch);
@@ -602,7 +600,7 @@ class HttpConn final : public WorkerPool::Parked {
             std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos))
         return false;
     }
-    for (const std::string_view k : kRouted)
+    for (const std::string_view k : kRoutedMethods)
       if (method == k) return false;
     return true;
   }
@@ -643,7 +641,7 @@ class HttpConn final : public WorkerPool::Parked {
         const std::string_view method = l.substr(0, l.find(' '));
         r.posts = method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
         r.http10 = l.size() >= 9 && l.substr(l.size() - 9) == " HTTP/1.0";
-        r.unknown_method = unknown_method(l);
+        r.unknown_method = unknown_method(l, method);
         if (r.unknown_method) r.wait_body = false;  // answered without it
         continue;
       }

@@ -11,10 +11,16 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 namespace edgelm::serve {
+
+// The methods httplib routes; any other in a well-formed request line is
+// answered 501 (HttpServer).
+inline constexpr std::string_view kRoutedMethods[] = {"GET",   "HEAD",   "POST",   "PUT",
+                                                      "PATCH", "DELETE", "OPTIONS"};
 
 // True on the thread that answers connections over the cap, so the
 // pre-routing handler refuses them at once.

@@ -1,5 +1,6 @@
 #include "serve/server.h"
 
+#include <fmt/format.h>
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
@@ -419,8 +420,8 @@ ApiError head_too_large() {
 }
 ApiError unknown_method() {
   return {501, "invalid_request_error", "method_not_implemented",
-          "the request's method is not one this server implements (GET, HEAD, POST, PUT, PATCH, "
-          "DELETE, OPTIONS)",
+          fmt::format("the request's method is not one this server implements ({})",
+                      fmt::join(kRoutedMethods, ", ")),
           ""};
 }
 // A whole reply for HttpServer to write itself (no httplib response).
