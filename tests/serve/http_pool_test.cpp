@@ -702,11 +702,14 @@ TEST(HttpServer, AnUnknownMethodIsAnswered501) {
     bool closed = false;
     const std::string got = exchange(s.port, head, 10, &closed);
     expect_reply(got, "501 Not Implemented", "method_not_implemented", closed);
+    EXPECT_NE(got.find("(GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)"), std::string::npos)
+        << head << ": the reply names the methods served: " << got;
     EXPECT_LT(seconds_since(start), 5.0) << head << ": the reply waited for the body";
   }
   for (const std::string head :
        {"BR(EW /health HTTP/1.1\r\nHost: x\r\n\r\n", "BREW /health HTTP/2.0\r\nHost: x\r\n\r\n",
-        "BREW\r\nHost: x\r\n\r\n", "\x16\x03\x01\x02\x01 HTTP/1.1\r\n\r\n"}) {
+        "BREW\r\nHost: x\r\n\r\n", " BREW /health HTTP/1.1\r\n\r\n", "BREW HTTP/1.1\r\n\r\n",
+        "\x16\x03\x01\x02\x01 HTTP/1.1\r\n\r\n"}) {
     bool closed = false;
     const std::string got = exchange(s.port, head, 10, &closed);
     EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << head << ": " << got;
