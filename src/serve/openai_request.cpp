@@ -60,7 +60,7 @@ std::string describe(const json& v) {
     case json::value_t::number_float:
       return fmt::format("{}", v.get<double>());
     case json::value_t::string:
-      return "a string";
+      return v.get_ref<const std::string&>().empty() ? "an empty string" : "a string";
     case json::value_t::array:
       return "an array";
     case json::value_t::object:

@@ -121,6 +121,16 @@ TEST(OpenAiError, TemperatureMessageIsExact) {
   EXPECT_EQ(e.code, "invalid_type");
 }
 
+// An empty string is named as such: "must be a non-empty string, got a
+// string" would read as a contradiction.
+TEST(OpenAiError, AnEmptyStringIsNamedEmpty) {
+  ApiError e = chat_err(chat_body(R"("stop":["a",""])"));
+  EXPECT_EQ(e.message, "'stop[1]' must be a non-empty string, got an empty string");
+  EXPECT_EQ(e.code, "invalid_value");
+  e = chat_err(chat_body(R"("temperature":"")"));
+  EXPECT_EQ(e.message, "'temperature' must be a number between 0 and 2, got an empty string");
+}
+
 // ---------------------------------------------------------------------------
 // Chat requests: what is accepted
 
