@@ -314,9 +314,12 @@ Err read_float(const json& obj, const char* key, double lo, bool lo_open, double
   const std::string what = fmt::format("a number {}", range);
   if (!v->is_number()) return must_be(key, what, *v, false);
   const double d = v->get<double>();
-  if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d <= lo))
+  // The value is kept as a float: one above an open bound by less than a
+  // float can tell (top_p 1e-300) is as far out as the bound itself.
+  const auto f = static_cast<float>(d);
+  if (!std::isfinite(d) || d < lo || d > hi || (lo_open && f <= lo))
     return must_be(key, what, *v, true);
-  out = static_cast<float>(d);
+  out = f;
   return std::nullopt;
 }
 

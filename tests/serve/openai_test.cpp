@@ -121,6 +121,18 @@ TEST(OpenAiError, TemperatureMessageIsExact) {
   EXPECT_EQ(e.code, "invalid_type");
 }
 
+// A value inside an open bound as a double but on it as a float (the
+// sampler's type) is refused as the bound itself is, with the API's message,
+// not let through to fail the sampler's own check.
+TEST(OpenAiError, AnOpenBoundHoldsAfterTheFloat) {
+  ApiError e = chat_err(chat_body(R"("top_p":1e-300)"));
+  EXPECT_EQ(e.message, "'top_p' must be a number greater than 0 and at most 1, got 1e-300");
+  EXPECT_EQ(e.param, "top_p");
+  e = chat_err(chat_body(R"("repeat_penalty":1e-50)"));
+  EXPECT_EQ(e.param, "repeat_penalty");
+  EXPECT_FLOAT_EQ(chat_ok(chat_body(R"("top_p":1e-30)")).sampling.top_p, 1e-30f);
+}
+
 // An empty string is named as such: "must be a non-empty string, got a
 // string" would read as a contradiction.
 TEST(OpenAiError, AnEmptyStringIsNamedEmpty) {
