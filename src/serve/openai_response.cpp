@@ -185,18 +185,8 @@ std::string error_json(const ApiError& e) {
 std::string chat_completion_json(std::string_view id, int64_t created, std::string_view model,
                                  std::string_view content, std::string_view finish_reason,
                                  const Usage& usage, const std::vector<TokenLogprobOut>* logprobs) {
-  ojson message = ojson::object();
-  message["role"] = "assistant";
-  message["content"] = std::string(content);
-  ojson choice = ojson::object();
-  choice["index"] = 0;
-  choice["message"] = std::move(message);
-  choice["logprobs"] = chat_logprobs(logprobs);
-  choice["finish_reason"] = nullable(finish_reason);
-  ojson j = head(id, "chat.completion", created, model);
-  j["choices"] = ojson::array({std::move(choice)});
-  add_usage(j, usage);
-  return dump(j);
+  return chat_completion_json(id, created, model, AssistantOut{std::string(content), {}, {}},
+                              finish_reason, usage, logprobs);
 }
 
 std::string chat_chunk_json(std::string_view id, int64_t created, std::string_view model,
