@@ -226,6 +226,23 @@ class DomBuilder {
   std::string what_;
 };
 
+// A failed read's structural refusals, for a document named `subject`
+// ("request body", or a field's path in quotes): nesting past kMaxJsonDepth
+// or a key given twice. The param is `param`, or for a duplicate in the
+// body (param empty) the key's own path. Nothing for other failures.
+Err structure_error(const DomBuilder& b, std::string_view subject, const std::string& param) {
+  if (b.too_deep()) {
+    return invalid_request(
+        fmt::format("{} nests arrays and objects deeper than {} levels", subject, kMaxJsonDepth),
+        param, "nesting_too_deep");
+  }
+  if (b.duplicate()) {
+    return invalid_request(fmt::format("{} has the key '{}' twice", subject, b.where()),
+                           param.empty() ? b.where() : param, "duplicate_key");
+  }
+  return std::nullopt;
+}
+
 // The body as a JSON object, or a 400 saying why not.
 Err parse_body(std::string_view body, json& root) {
   // nlohmann skips a byte order mark; RFC 8259 forbids sending one, and
@@ -237,15 +254,7 @@ Err parse_body(std::string_view body, json& root) {
 
   DomBuilder b(root);
   if (!json::sax_parse(body.data(), body.data() + body.size(), &b)) {
-    if (b.too_deep()) {
-      return invalid_request(
-          fmt::format("request body nests arrays and objects deeper than {} levels", kMaxJsonDepth),
-          "", "nesting_too_deep");
-    }
-    if (b.duplicate()) {
-      return invalid_request(fmt::format("request body has the key '{}' twice", b.where()),
-                             b.where(), "duplicate_key");
-    }
+    if (Err e = structure_error(b, "request body", "")) return e;
     if (b.failed() && b.what().find("ill-formed UTF-8") != std::string::npos) {
       if (b.where().empty()) {
         return invalid_request(fmt::format("request body is not valid UTF-8 (byte {})", b.byte()),
@@ -522,13 +531,7 @@ Err read_tool_calls(const json& v, const std::string& path, std::vector<ToolCall
       json parsed;
       DomBuilder b(parsed);
       if (!json::sax_parse(a.data(), a.data() + a.size(), &b)) {
-        if (b.too_deep())
-          return invalid_request(fmt::format("'{}' nests arrays and objects deeper than {} levels",
-                                             apath, kMaxJsonDepth),
-                                 apath, "nesting_too_deep");
-        if (b.duplicate())
-          return invalid_request(fmt::format("'{}' has the key '{}' twice", apath, b.where()),
-                                 apath, "duplicate_key");
+        if (Err e = structure_error(b, fmt::format("'{}'", apath), apath)) return e;
         return invalid_request(fmt::format("'{}' must be a JSON object encoded as a string", apath),
                                apath);
       }
