@@ -9,6 +9,7 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -426,24 +427,49 @@ ApiError unknown_method() {
                       fmt::join(kRoutedMethods, ", ")),
           ""};
 }
+// s without its leading and trailing spaces and tabs.
+std::string_view trim_blanks(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+// Whether a equals `lower` (lower case) in any case.
+bool iequals_ascii(std::string_view a, std::string_view lower) {
+  return std::equal(a.begin(), a.end(), lower.begin(), lower.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) == y;
+  });
+}
 // The first coding in a Content-Encoding value (a comma-separated list)
 // other than identity (any case), or empty if there is none.
 std::string_view first_coding_not_identity(std::string_view value) {
   while (!value.empty()) {
     const size_t comma = value.find(',');
-    std::string_view coding = value.substr(0, comma);
+    const std::string_view coding = trim_blanks(value.substr(0, comma));
     value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
-    while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t'))
-      coding.remove_prefix(1);
-    while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t'))
-      coding.remove_suffix(1);
-    const std::string_view id = "identity";
-    const bool identity =
-        std::equal(coding.begin(), coding.end(), id.begin(), id.end(),
-                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
-    if (!coding.empty() && !identity) return coding;
+    if (!coding.empty() && !iequals_ascii(coding, "identity")) return coding;
   }
   return {};
+}
+// Whether an Accept-Encoding value takes gzip: "gzip", "x-gzip" or "*"
+// listed without q=0.
+bool accepts_gzip(std::string_view value) {
+  while (!value.empty()) {
+    const size_t comma = value.find(',');
+    std::string_view item = value.substr(0, comma);
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    const size_t semi = item.find(';');
+    std::string_view name = trim_blanks(item.substr(0, semi));
+    const bool named = iequals_ascii(name, "gzip") || iequals_ascii(name, "x-gzip") || name == "*";
+    if (!named) continue;
+    double q = 1;
+    if (semi != std::string_view::npos) {
+      const std::string_view params = item.substr(semi + 1);
+      if (const size_t at = params.find("q="); at != std::string_view::npos)
+        q = std::strtod(std::string(params.substr(at + 2)).c_str(), nullptr);
+    }
+    if (q > 0) return true;
+  }
+  return false;
 }
 // A whole reply for HttpServer to write itself (no httplib response).
 std::string raw_reply(const ApiError& e, int retry_after) {
@@ -564,6 +590,15 @@ void Server::Impl::routes() {
     // a 27.5 MB reply, and took 20 s.
     headers.erase("Range");
     const_cast<httplib::Ranges&>(req.ranges).clear();
+    // Replies are compressed with gzip or not at all: httplib prefers
+    // brotli where the client lists it (every browser does), at its highest
+    // quality, 27 ms of CPU for the 27 KB status page against 1 ms for gzip
+    // and 0.2 ms uncompressed.
+    if (req.has_header("Accept-Encoding")) {
+      const bool gzip = accepts_gzip(req.get_header_value("Accept-Encoding"));
+      headers.erase("Accept-Encoding");
+      if (gzip) headers.emplace("Accept-Encoding", "gzip");
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // A client that asks before sending its body (Expect: 100-continue) hears
