@@ -439,13 +439,19 @@ bool iequals_ascii(std::string_view a, std::string_view lower) {
     return std::tolower(static_cast<unsigned char>(x)) == y;
   });
 }
-// The first coding in a Content-Encoding value (a comma-separated list)
-// other than identity (any case), or empty if there is none.
+// The next item of a comma-separated header value, without its blanks;
+// `list` keeps what follows it.
+std::string_view next_item(std::string_view& list) {
+  const size_t comma = list.find(',');
+  const std::string_view item = list.substr(0, comma);
+  list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+  return trim_blanks(item);
+}
+// The first coding in a Content-Encoding value other than identity (any
+// case), or empty if there is none.
 std::string_view first_coding_not_identity(std::string_view value) {
   while (!value.empty()) {
-    const size_t comma = value.find(',');
-    const std::string_view coding = trim_blanks(value.substr(0, comma));
-    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    const std::string_view coding = next_item(value);
     if (!coding.empty() && !iequals_ascii(coding, "identity")) return coding;
   }
   return {};
@@ -454,13 +460,10 @@ std::string_view first_coding_not_identity(std::string_view value) {
 // listed without q=0.
 bool accepts_gzip(std::string_view value) {
   while (!value.empty()) {
-    const size_t comma = value.find(',');
-    std::string_view item = value.substr(0, comma);
-    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    const std::string_view item = next_item(value);
     const size_t semi = item.find(';');
-    std::string_view name = trim_blanks(item.substr(0, semi));
-    const bool named = iequals_ascii(name, "gzip") || iequals_ascii(name, "x-gzip") || name == "*";
-    if (!named) continue;
+    const std::string_view name = trim_blanks(item.substr(0, semi));
+    if (!iequals_ascii(name, "gzip") && !iequals_ascii(name, "x-gzip") && name != "*") continue;
     double q = 1;
     if (semi != std::string_view::npos) {
       const std::string_view params = item.substr(semi + 1);
@@ -557,6 +560,27 @@ void Server::Impl::routes() {
   };
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // httplib's Request is not const where it lives (the handler is only
+    // given a const view), and it reads the body and writes the reply after
+    // this handler: what is changed here is what it goes by.
+    auto& headers = const_cast<httplib::Headers&>(req.headers);
+    // Ranges are ignored (RFC 9110 14.2 allows it; every reply here is made
+    // afresh). httplib would build each range's copy of the reply in memory:
+    // "Range: bytes=0-,0-,..." with 1000 ranges made the 27 KB status page
+    // a 27.5 MB reply, and took 20 s.
+    headers.erase("Range");
+    const_cast<httplib::Ranges&>(req.ranges).clear();
+    // Replies are compressed with gzip or not at all: httplib prefers
+    // brotli where the client lists it (every browser does), at its highest
+    // quality, 27 ms of CPU for the 27 KB status page against 1 ms for gzip
+    // and 0.2 ms uncompressed.
+    if (req.has_header("Accept-Encoding")) {
+      bool gzip = false;
+      for (size_t i = 0; i < req.get_header_value_count("Accept-Encoding"); ++i)
+        gzip = gzip || accepts_gzip(req.get_header_value("Accept-Encoding", i));
+      headers.erase("Accept-Encoding");
+      if (gzip) headers.emplace("Accept-Encoding", "gzip");
+    }
     if (refuse_framing(req, res)) return httplib::Server::HandlerResponse::Handled;
     const bool open_route = req.path == "/health" || req.path == "/ready" || (req.path == "/" && req.method == "GET");
     if ((!o.api_key.empty() || !o.api_key_classes.empty()) && !open_route) {
@@ -574,30 +598,12 @@ void Server::Impl::routes() {
     // Every body here is JSON, whatever its Content-Type says. httplib
     // would read a form's (curl -d's default type) as a form, refused over
     // 8 KiB with a 413 of its own, and a multipart one as parts, refused as
-    // unreadable: such a body is read as it came instead. httplib's Request
-    // is not const where it lives (the handler is only given a const view),
-    // and it reads the body after this handler.
-    auto& headers = const_cast<httplib::Headers&>(req.headers);
+    // unreadable: such a body is read as it came instead.
     const std::string type = req.get_header_value("Content-Type");
     if (type.rfind("application/x-www-form-urlencoded", 0) == 0 ||
         type.rfind("multipart/form-data", 0) == 0) {
       headers.erase("Content-Type");
       headers.emplace("Content-Type", "application/json");
-    }
-    // Ranges are ignored (RFC 9110 14.2 allows it; every reply here is made
-    // afresh). httplib would build each range's copy of the reply in memory:
-    // "Range: bytes=0-,0-,..." with 1000 ranges made the 27 KB status page
-    // a 27.5 MB reply, and took 20 s.
-    headers.erase("Range");
-    const_cast<httplib::Ranges&>(req.ranges).clear();
-    // Replies are compressed with gzip or not at all: httplib prefers
-    // brotli where the client lists it (every browser does), at its highest
-    // quality, 27 ms of CPU for the 27 KB status page against 1 ms for gzip
-    // and 0.2 ms uncompressed.
-    if (req.has_header("Accept-Encoding")) {
-      const bool gzip = accepts_gzip(req.get_header_value("Accept-Encoding"));
-      headers.erase("Accept-Encoding");
-      if (gzip) headers.emplace("Accept-Encoding", "gzip");
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });

@@ -806,6 +806,7 @@ TEST(HttpServer, RepliesAreGzippedOrPlain) {
   EXPECT_EQ(encoding_for("GZIP;q=0.5"), "gzip");
   EXPECT_EQ(encoding_for("*"), "gzip");
   EXPECT_EQ(encoding_for("identity"), "none");
+  EXPECT_EQ(encoding_for("br\r\nAccept-Encoding: gzip"), "gzip");  // two header lines
 }
 
 // A request whose line is still coming at the read timeout is answered
