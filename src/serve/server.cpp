@@ -581,6 +581,15 @@ void Server::Impl::routes() {
       headers.erase("Accept-Encoding");
       if (gzip) headers.emplace("Accept-Encoding", "gzip");
     }
+    // An absolute-form target ("GET http://board:8080/health HTTP/1.1", as
+    // sent through a proxy) names the resource its path names (RFC 9112
+    // 3.2.2: a server must accept it); httplib would route the whole URL.
+    if (const std::string_view p = req.path;
+        iequals_ascii(p.substr(0, 7), "http://") || iequals_ascii(p.substr(0, 8), "https://")) {
+      const size_t slash = p.find('/', p.find("//") + 2);
+      const_cast<std::string&>(req.path) =
+          slash == std::string_view::npos ? std::string("/") : std::string(p.substr(slash));
+    }
     if (refuse_framing(req, res)) return httplib::Server::HandlerResponse::Handled;
     const bool open_route = req.path == "/health" || req.path == "/ready" || (req.path == "/" && req.method == "GET");
     if ((!o.api_key.empty() || !o.api_key_classes.empty()) && !open_route) {

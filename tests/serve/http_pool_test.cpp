@@ -809,6 +809,35 @@ TEST(HttpServer, RepliesAreGzippedOrPlain) {
   EXPECT_EQ(encoding_for("br\r\nAccept-Encoding: gzip"), "gzip");  // two header lines
 }
 
+// An absolute-form target is served as its path (RFC 9112 3.2.2).
+TEST(HttpServer, AnAbsoluteFormTargetIsServedAsItsPath) {
+  test::LiveServer s(small_server(4, 16, 5, 30));
+  const auto get = [&](const std::string& target) {
+    bool closed = false;
+    return exchange(s.port, "GET " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    10, &closed);
+  };
+  for (const std::string target :
+       {"http://x/health", "HTTP://board:8080/health", "https://x/health?a=1"}) {
+    const std::string got = get(target);
+    EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << target << ": " << got;
+    EXPECT_NE(got.find(R"({"status":"ok"})"), std::string::npos) << target << ": " << got;
+  }
+  const std::string page = get("http://board:8080");
+  EXPECT_EQ(page.rfind("HTTP/1.1 200", 0), 0u) << page.substr(0, 200);
+  EXPECT_NE(page.find("text/html"), std::string::npos) << page.substr(0, 200);
+  EXPECT_EQ(get("http://x/nowhere").rfind("HTTP/1.1 404", 0), 0u);
+  bool closed = false;
+  const std::string body = R"({"content":"hi"})";
+  const std::string got =
+      exchange(s.port,
+               "POST http://x/tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                   std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body,
+               10, &closed);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_NE(got.find("\"tokens\""), std::string::npos) << got;
+}
+
 // A request whose line is still coming at the read timeout is answered
 // 400 too (httplib closes such a connection without a word).
 TEST(HttpServer, ARequestLineNotWholeInTimeIsAnswered400) {
