@@ -944,14 +944,20 @@ TEST(HttpServer, OverTheCapAFloodDoesNotDelayRefusalsAndRoomAdmits) {
   for (const int fd : fds) ::close(fd);
   fds.clear();
   // Two silent connections fill the cap; a third starts its request over
-  // the cap, the two give way (200 ms), and the third is admitted at its
-  // second and served once its request is whole.
+  // the cap, and room is made for it: a silent connection gives way after
+  // 200 ms, while the cap is full (one of the two, or both if they come to
+  // 200 ms in the same sweep of the lobby). The third is admitted once its
+  // request is whole, before its second is up, and served. (Finished after
+  // its second, it would be admitted then, and cut at once if the other
+  // silent connection still held the cap full: a request gets a second for
+  // its line and headers while the cap is full. Sending at 1.5 s made this
+  // test fail once in CI, on a busy machine.)
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   for (int i = 0; i < 2; ++i) fds.push_back(test::connect_loopback(s.port));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const int late = connect_and_send(s.port, "GET /hea");
   ASSERT_GE(late, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   const std::string rest = "lth HTTP/1.1\r\nHost: x\r\n\r\n";
   ASSERT_EQ(::send(late, rest.data(), rest.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(rest.size()));
