@@ -648,11 +648,7 @@ class HttpConn final : public WorkerPool::Parked {
       const size_t colon = l.find(':');
       if (colon == std::string_view::npos) continue;
       const std::string_view name = l.substr(0, colon);
-      std::string_view value = l.substr(colon + 1);
-      while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
-        value.remove_prefix(1);
-      while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
-        value.remove_suffix(1);
+      const std::string_view value = trim_blanks(l.substr(colon + 1));
       if (iequals(name, "content-length")) {
         // httplib decodes %XX in header values ("%31%36" would be 16): the
         // digits must be digits as sent. Longer than 19 is over any limit.
@@ -740,14 +736,6 @@ class HttpConn final : public WorkerPool::Parked {
   size_t drained = 0;
   mutable Scan sc_;             // what scan() has read of the next request
   mutable size_t sc_next_ = 0;  // where its next unread line starts (from pos)
-
- private:
-  static bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i)
-      if (std::tolower(static_cast<unsigned char>(a[i])) != b[i]) return false;
-    return true;
-  }
 };
 
 namespace {

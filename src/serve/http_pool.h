@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -21,6 +22,23 @@ namespace edgelm::serve {
 // answered 501 (HttpServer).
 inline constexpr std::string_view kRoutedMethods[] = {"GET",   "HEAD",   "POST",   "PUT",
                                                       "PATCH", "DELETE", "OPTIONS"};
+
+// s without its leading and trailing spaces and tabs (a header value's
+// optional whitespace, RFC 9110 5.6.3).
+inline std::string_view trim_blanks(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Whether a equals `lower`, which is in lower case, in any case (header
+// names and tokens are case-insensitive ASCII).
+inline bool iequals(std::string_view a, std::string_view lower) {
+  if (a.size() != lower.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != lower[i]) return false;
+  return true;
+}
 
 // True on the thread that answers connections over the cap, so the
 // pre-routing handler refuses them at once.

@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -427,18 +426,6 @@ ApiError unknown_method() {
                       fmt::join(kRoutedMethods, ", ")),
           ""};
 }
-// s without its leading and trailing spaces and tabs.
-std::string_view trim_blanks(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-// Whether a equals `lower` (lower case) in any case.
-bool iequals_ascii(std::string_view a, std::string_view lower) {
-  return std::equal(a.begin(), a.end(), lower.begin(), lower.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) == y;
-  });
-}
 // The next item of a comma-separated header value, without its blanks;
 // `list` keeps what follows it.
 std::string_view next_item(std::string_view& list) {
@@ -452,7 +439,7 @@ std::string_view next_item(std::string_view& list) {
 std::string_view first_coding_not_identity(std::string_view value) {
   while (!value.empty()) {
     const std::string_view coding = next_item(value);
-    if (!coding.empty() && !iequals_ascii(coding, "identity")) return coding;
+    if (!coding.empty() && !iequals(coding, "identity")) return coding;
   }
   return {};
 }
@@ -463,7 +450,7 @@ bool accepts_gzip(std::string_view value) {
     const std::string_view item = next_item(value);
     const size_t semi = item.find(';');
     const std::string_view name = trim_blanks(item.substr(0, semi));
-    if (!iequals_ascii(name, "gzip") && !iequals_ascii(name, "x-gzip") && name != "*") continue;
+    if (!iequals(name, "gzip") && !iequals(name, "x-gzip") && name != "*") continue;
     double q = 1;
     if (semi != std::string_view::npos) {
       const std::string_view params = item.substr(semi + 1);
@@ -585,7 +572,7 @@ void Server::Impl::routes() {
     // sent through a proxy) names the resource its path names (RFC 9112
     // 3.2.2: a server must accept it); httplib would route the whole URL.
     if (const std::string_view p = req.path;
-        iequals_ascii(p.substr(0, 7), "http://") || iequals_ascii(p.substr(0, 8), "https://")) {
+        iequals(p.substr(0, 7), "http://") || iequals(p.substr(0, 8), "https://")) {
       const size_t slash = p.find('/', p.find("//") + 2);
       const_cast<std::string&>(req.path) =
           slash == std::string_view::npos ? std::string("/") : std::string(p.substr(slash));
